@@ -1,0 +1,87 @@
+# tempering: `make test` and `make demo` set everything up on a fresh machine.
+# Needs: Rust (cargo), Python 3.11 with pip. Everything else is installed into .venv here.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.deps-stamp
+EXT := python/tempering/_core.abi3.so
+RUST_SRC := Cargo.toml $(wildcard Cargo.lock) $(shell find rust -name '*.rs' -o -name Cargo.toml 2>/dev/null)
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels fmt clean
+
+help:
+	@echo "make demo   - run the main job on the local engine (installs what is missing)"
+	@echo "make test   - cargo test, pytest, pyright strict, ruff, clippy, stubtest"
+	@echo "make bench  - benchmarks (pytest-benchmark)"
+	@echo "make wheels - build wheels for tempering and tempering-protocols into target/wheels"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# Python dependencies, reinstalled when a pyproject changes.
+$(STAMP): $(PY) pyproject.toml protocols/pyproject.toml
+	$(PY) -m pip install -q -e protocols
+	$(PY) -m pip install -q "maturin>=1.7,<2"
+	$(PY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  deps = [x for x in d["dependencies"] if not x.startswith("tempering-protocols")]; \
+	  deps += d["optional-dependencies"]["dev"] + d["optional-dependencies"]["local"]; \
+	  open("$(VENV)/requirements.txt", "w").write("\n".join(deps) + "\n")'
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The extension, rebuilt (release mode) when any Rust source changes; installed editable.
+$(EXT): $(STAMP) $(RUST_SRC)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH $(BIN)/maturin develop --release --quiet
+	touch $(EXT)
+
+build: $(EXT)
+
+test-rust:
+	cargo test -p tempering-core --quiet
+
+test-python: build
+	$(PY) -m pytest -q
+
+typecheck: build
+	$(BIN)/basedpyright --level error
+
+lint: $(STAMP)
+	$(BIN)/ruff check python protocols tests
+	$(BIN)/ruff format --check python protocols tests
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+stubtest: build
+	$(PY) -m mypy.stubtest tempering._core --allowlist stubtest-allowlist.txt
+
+test: build test-rust test-python typecheck lint stubtest
+	@echo "make test: all checks passed"
+
+bench: build
+	$(PY) -m pytest tests/benchmarks -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,max,rounds
+
+demo: build
+	$(PY) -m tempering.cli demo
+
+wheels: $(STAMP)
+	$(BIN)/maturin build --release --out target/wheels
+	$(PY) -m pip wheel -q --no-deps protocols -w target/wheels
+
+fmt: $(STAMP)
+	$(BIN)/ruff format python protocols tests
+	$(BIN)/ruff check --fix python protocols tests
+	cargo fmt --all
+
+clean:
+	rm -rf $(VENV) target $(EXT)

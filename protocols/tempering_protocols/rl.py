@@ -1,0 +1,90 @@
+"""Reinforcement-learning protocols: environments, groups of them, and datasets of groups.
+
+An ``Env`` is single-use: it is created by an ``EnvGroupBuilder``, played once to the end,
+and thrown away. There is no ``reset``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from tempering_protocols.types import Action, Metrics, Observation, StepResult, StopCondition, Trajectory
+
+__all__ = ["Env", "EnvGroupBuilder", "RLDataset", "RLDatasetBuilder"]
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A single-use environment driven by token-level actions.
+
+    Example::
+
+        class Echo:
+            async def initial_observation(self):
+                return tinker.ModelInput.from_ints([1, 2]), [0]
+            async def step(self, action):
+                return StepResult(reward=float(action == [2]), episode_done=True,
+                                  next_observation=tinker.ModelInput.empty(),
+                                  next_stop_condition=[0])
+    """
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        """The first observation and where sampling of the first action stops."""
+        ...
+
+    async def step(self, action: Action, /) -> StepResult:
+        """Apply one action. After a result with ``episode_done=True`` the env is finished."""
+        ...
+
+
+@runtime_checkable
+class EnvGroupBuilder(Protocol):
+    """Builds the ``G`` envs of one group, and scores the group once every env has finished.
+
+    Builders must pickle (they are shipped to worker processes) and should be cheap to create:
+    heavy state is built in ``make_envs``. Subclass this protocol explicitly to inherit the
+    defaults of ``compute_group_rewards`` (no group reward), ``logging_tags`` and ``cleanup``.
+
+    Example::
+
+        @attrs.frozen
+        class EchoGroup(EnvGroupBuilder):
+            group_size: int
+            async def make_envs(self):
+                return [Echo() for _ in range(self.group_size)]
+    """
+
+    async def make_envs(self) -> Sequence[Env]:
+        """Create the group's envs, fresh, in member order."""
+        ...
+
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
+    ) -> list[tuple[float, Metrics]]:
+        """A final reward and metrics for each member, e.g. from a pairwise comparison."""
+        return [(0.0, {}) for _ in trajectories_G]
+
+    def logging_tags(self) -> list[str]:
+        """Tags under which this group's metrics are also aggregated (e.g. the dataset name)."""
+        return []
+
+    async def cleanup(self) -> None:
+        """Release what ``make_envs`` acquired. Always called, also after failures."""
+        return None
+
+
+@runtime_checkable
+class RLDataset(Protocol):
+    """Batches of env groups: ``get_batch(i)`` yields the ``P`` builders of batch ``i``."""
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class RLDatasetBuilder(Protocol):
+    """A serializable config that builds the train dataset and an optional test dataset."""
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]: ...

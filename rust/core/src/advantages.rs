@@ -1,0 +1,156 @@
+//! Group-relative advantages.
+//!
+//! Rewards arrive ragged: `rewards_PG` flat, with `offsets_P1` marking each group's members.
+//! The advantage of member `g` of group `p` is `r[p][g] - baseline[p][g]`, optionally divided by
+//! the group's (population) standard deviation plus `eps`.
+
+use crate::ragged::validate_offsets;
+use crate::DataError;
+
+/// Which baseline is subtracted from each reward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Baseline {
+    /// The mean reward of the whole group (GRPO-style centering).
+    Mean,
+    /// The mean reward of the *other* members of the group (RLOO). A group of one member
+    /// has no others; its advantage is 0.
+    LeaveOneOut,
+}
+
+impl Baseline {
+    /// Parse the name used at the Python boundary.
+    pub fn parse(name: &str) -> Result<Self, DataError> {
+        match name {
+            "mean" => Ok(Self::Mean),
+            "loo" | "leave_one_out" | "rloo" => Ok(Self::LeaveOneOut),
+            other => Err(DataError::InvalidArgument(format!(
+                "unknown baseline {other:?}: expected \"mean\" or \"loo\""
+            ))),
+        }
+    }
+}
+
+/// Options for [`group_advantages`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdvantageOptions {
+    pub baseline: Baseline,
+    /// Divide by the group's population standard deviation (plus `eps`).
+    pub normalize_std: bool,
+    pub eps: f64,
+}
+
+impl Default for AdvantageOptions {
+    fn default() -> Self {
+        Self { baseline: Baseline::Mean, normalize_std: false, eps: 1e-6 }
+    }
+}
+
+/// Check every reward is finite and every group non-empty.
+pub fn validate_rewards(rewards_pg: &[f64], offsets_p1: &[usize]) -> Result<(), DataError> {
+    validate_offsets("rewards", offsets_p1, rewards_pg.len())?;
+    for (p, w) in offsets_p1.windows(2).enumerate() {
+        if w[0] == w[1] {
+            return Err(DataError::EmptyGroup { group: p });
+        }
+        for (g, &r) in rewards_pg[w[0]..w[1]].iter().enumerate() {
+            if !r.is_finite() {
+                return Err(DataError::NonFiniteReward { group: p, member: g, value: r });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Compute advantages for ragged groups of rewards. Output has the layout of the input.
+///
+/// Sums are taken left to right in f64, so results are reproducible bit for bit.
+pub fn group_advantages(
+    rewards_pg: &[f64],
+    offsets_p1: &[usize],
+    opts: AdvantageOptions,
+) -> Result<Vec<f64>, DataError> {
+    validate_rewards(rewards_pg, offsets_p1)?;
+    let mut out = vec![0.0; rewards_pg.len()];
+    for w in offsets_p1.windows(2) {
+        let group = &rewards_pg[w[0]..w[1]];
+        let dst = &mut out[w[0]..w[1]];
+        let n = group.len() as f64;
+        let sum: f64 = group.iter().sum();
+        let mean = sum / n;
+        match opts.baseline {
+            Baseline::Mean => {
+                for (a, &r) in dst.iter_mut().zip(group) {
+                    *a = r - mean;
+                }
+            }
+            Baseline::LeaveOneOut => {
+                if group.len() > 1 {
+                    for (a, &r) in dst.iter_mut().zip(group) {
+                        *a = r - (sum - r) / (n - 1.0);
+                    }
+                }
+            }
+        }
+        if opts.normalize_std {
+            let var = group.iter().map(|&r| (r - mean) * (r - mean)).sum::<f64>() / n;
+            let denom = var.sqrt() + opts.eps;
+            for a in dst.iter_mut() {
+                *a /= denom;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
+    }
+
+    #[test]
+    fn centers_each_group() {
+        let adv = group_advantages(&[1.0, 0.0, 0.0, 1.0, 2.0, 6.0], &[0, 2, 3, 6], AdvantageOptions::default()).unwrap();
+        assert!(close(&adv, &[0.5, -0.5, 0.0, -2.0, -1.0, 3.0]), "{adv:?}");
+    }
+
+    #[test]
+    fn centered_groups_sum_to_zero() {
+        let rewards: Vec<f64> = (0..37).map(|i| ((i * 7919) % 13) as f64 / 3.0).collect();
+        let offsets = [0, 5, 6, 20, 37];
+        let adv = group_advantages(&rewards, &offsets, AdvantageOptions::default()).unwrap();
+        for w in offsets.windows(2) {
+            assert!(adv[w[0]..w[1]].iter().sum::<f64>().abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn leave_one_out_uses_the_others() {
+        let opts = AdvantageOptions { baseline: Baseline::LeaveOneOut, ..Default::default() };
+        let adv = group_advantages(&[1.0, 2.0, 6.0, 7.0], &[0, 3, 4], opts).unwrap();
+        assert!(close(&adv, &[1.0 - 4.0, 2.0 - 3.5, 6.0 - 1.5, 0.0]), "{adv:?}");
+    }
+
+    #[test]
+    fn std_normalization_gives_unit_scale() {
+        let opts = AdvantageOptions { normalize_std: true, eps: 0.0, ..Default::default() };
+        let adv = group_advantages(&[0.0, 2.0], &[0, 2], opts).unwrap();
+        assert!(close(&adv, &[-1.0, 1.0]), "{adv:?}");
+        // A constant group has zero advantages, never NaN, with the default eps.
+        let adv = group_advantages(&[3.0, 3.0], &[0, 2], AdvantageOptions { normalize_std: true, ..Default::default() })
+            .unwrap();
+        assert_eq!(adv, vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn rejects_bad_input_with_location() {
+        let err = group_advantages(&[1.0, f64::NAN], &[0, 1, 2], AdvantageOptions::default()).unwrap_err();
+        assert!(matches!(err, DataError::NonFiniteReward { group: 1, member: 0, value } if value.is_nan()));
+        assert!(err.to_string().contains("group 1, member 0"));
+        let err = group_advantages(&[1.0], &[0, 0, 1], AdvantageOptions::default()).unwrap_err();
+        assert_eq!(err, DataError::EmptyGroup { group: 0 });
+        assert!(Baseline::parse("median").unwrap_err().to_string().contains("median"));
+    }
+}
