@@ -7,7 +7,7 @@ with the conformance kit in ``tempering_protocols.testing``.
 from tempering_protocols.backend import CustomLossFn, Future, SamplingClient, TrainingClient
 from tempering_protocols.evaluators import SamplingClientEvaluator, TrainingClientEvaluator
 from tempering_protocols.policies import MessageCompleter, TokenCompleter
-from tempering_protocols.rendering import Renderer, Tokenizer
+from tempering_protocols.rendering import Renderer, Tokenizer, decode_text
 from tempering_protocols.rl import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from tempering_protocols.supervised import (
     ComparisonDataset,
@@ -69,6 +69,8 @@ __all__ = [
     "TokenArray",
     "TokenCompleter",
     "Tokenizer",
+    "TokensWithLogprobs",
+    "ToolCall",
     "TrainOnWhat",
     "TrainingClient",
     "TrainingClientEvaluator",
@@ -76,4 +78,5 @@ __all__ = [
     "TrajectoryGroup",
     "Transition",
     "__version__",
+    "decode_text",
 ]

@@ -9,16 +9,28 @@ import tinker
 
 from tempering_protocols.types import Message, StopCondition, SupervisedExample, TrainOnWhat
 
-__all__ = ["Renderer", "Tokenizer"]
+__all__ = ["Renderer", "Tokenizer", "decode_text"]
 
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """The part of a Hugging Face tokenizer that tempering uses."""
+    """The part of a Hugging Face tokenizer that tempering uses.
+
+    ``decode`` is typed as Hugging Face types it (a batch of sequences decodes to a list);
+    use :func:`decode_text` to get a ``str`` for one sequence.
+    """
 
     def encode(self, text: str, /, *, add_special_tokens: bool = ...) -> list[int]: ...
 
-    def decode(self, token_ids: list[int], /) -> str: ...
+    def decode(self, token_ids: list[int], /) -> str | list[str]: ...
+
+
+def decode_text(tokenizer: Tokenizer, token_ids: Sequence[int], /) -> str:
+    """Decode one token sequence to text."""
+    text = tokenizer.decode(list(token_ids))
+    if not isinstance(text, str):
+        raise TypeError(f"tokenizer.decode returned {type(text).__name__} for one sequence, not str")
+    return text
 
 
 @runtime_checkable

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Literal, NotRequired, TypeAlias
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import tinker
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 __all__ = [
     "Action",
@@ -234,7 +234,5 @@ class LabeledComparison:
     label: Literal["A", "B", "Tie"]
 
     def swap(self) -> LabeledComparison:
-        flipped: Literal["A", "B", "Tie"] = (
-            "B" if self.label == "A" else "A" if self.label == "B" else "Tie"
-        )
+        flipped: Literal["A", "B", "Tie"] = "B" if self.label == "A" else "A" if self.label == "B" else "Tie"
         return LabeledComparison(self.comparison.swap(), flipped)

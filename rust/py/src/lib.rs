@@ -15,13 +15,13 @@ use pyo3::prelude::*;
 use tempering_core::advantages::{self, AdvantageOptions, Baseline};
 
 create_exception!(
-    _core,
+    tempering._core,
     DataError,
     PyValueError,
     "Bad input to the tempering data core; the message names the problem, member and position."
 );
 create_exception!(
-    _core,
+    tempering._core,
     InternalError,
     PyRuntimeError,
     "A bug inside the tempering data core (a Rust panic). Please report it with the input that caused it."
