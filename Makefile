@@ -34,7 +34,7 @@ $(STAMP): $(PY) pyproject.toml protocols/pyproject.toml
 	$(PY) -m pip install -q "maturin>=1.7,<2"
 	$(PY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 	  deps = [x for x in d["dependencies"] if not x.startswith("tempering-protocols")]; \
-	  deps += d["optional-dependencies"]["dev"] + d["optional-dependencies"]["local"]; \
+	  deps += [x for extra in d["optional-dependencies"].values() for x in extra]; \
 	  open("$(VENV)/requirements.txt", "w").write("\n".join(deps) + "\n")'
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	touch $(STAMP)
