@@ -1,0 +1,1 @@
+"""Conformance kit for the tempering protocols (work in progress)."""

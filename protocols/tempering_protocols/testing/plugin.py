@@ -1,0 +1,1 @@
+"""pytest plugin of the tempering conformance kit (work in progress)."""
