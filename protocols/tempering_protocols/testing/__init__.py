@@ -38,6 +38,7 @@ from tempering_protocols.testing._rl import (
     check_rl_dataset_builder,
     default_actions,
 )
+from tempering_protocols.testing._rules import RULES
 from tempering_protocols.testing._structure import (
     check_class_implements,
     check_object_implements,
@@ -48,6 +49,7 @@ from tempering_protocols.testing._supervised import check_supervised_dataset, ch
 __all__ = [
     "CHECKS",
     "DEFAULT_CONVERSATION",
+    "RULES",
     "ActionPolicy",
     "Conformance",
     "ConformanceError",

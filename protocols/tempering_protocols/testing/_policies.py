@@ -8,6 +8,7 @@ from typing import cast
 
 import numpy as np
 import tinker
+from typeguard import CollectionCheckStrategy, TypeCheckError, check_type
 
 from tempering_protocols.policies import MessageCompleter, TokenCompleter
 from tempering_protocols.testing._base import (
@@ -27,6 +28,15 @@ __all__ = [
     "check_message_completer",
     "check_token_completer",
 ]
+
+
+def _is_stop_condition(value: object) -> bool:
+    try:
+        check_type(value, STOP_CONDITION_TYPE, collection_check_strategy=CollectionCheckStrategy.ALL_ITEMS)
+    except TypeCheckError:
+        return False
+    return True
+
 
 _LOGPROB_TOLERANCE = 1e-4
 """Logprobs are <= 0; samplers computing in low precision may overshoot 0 by a little."""
@@ -79,7 +89,8 @@ async def acheck_token_completer(
     the_completer = cast(TokenCompleter, completer)
     model_input = tinker.ModelInput.from_ints([1, 2, 3]) if prompt is None else prompt
     stop_condition: StopCondition = [0] if stop is None else stop
-    expect_type(stop_condition, STOP_CONDITION_TYPE, rule="completer/usage", what="stop")
+    if not _is_stop_condition(stop_condition):
+        raise TypeError(f"stop must be list[str] or list[int], got {stop_condition!r}")
     what = f"{name}(model_input, {stop_condition!r})"
     result = await acall("completer/raised", what, lambda: the_completer(model_input, stop_condition))
     expect_type(

@@ -76,8 +76,10 @@ def check_renderer(renderer: object, /, *, messages: Sequence[Message] = DEFAULT
       returns a ``SupervisedExample`` whose weights are a 1-D float array, one per token,
       finite, >= 0, and not all 0;
     - ``get_stop_sequences()`` returns a non-empty ``list[str]`` or ``list[int]``;
-    - ``parse_response`` returns ``(Message, bool)``; given the tokens that carry weight for
-      the last assistant message, it gives back that message's content with ``True``.
+    - ``parse_response`` returns ``(Message, bool)``, and on tokens a sampler could have
+      returned it gives back the assistant message's content with ``True``: with stop tokens,
+      the weighted tokens of the last assistant message; with stop strings (which may reach
+      into the next message), the tokens from the first assistant message to the end.
 
     Rules: ``renderer/generation-prompt-type``, ``renderer/supervised-example-type``,
     ``renderer/weights-aligned``, ``renderer/weights-range``, ``renderer/no-trained-tokens``,
@@ -125,7 +127,7 @@ def check_renderer(renderer: object, /, *, messages: Sequence[Message] = DEFAULT
         call("renderer/raised", what, lambda: the_renderer.build_supervised_example(messages)), what
     )
     what_all = f"{name}.build_supervised_example(messages, TrainOnWhat.ALL_ASSISTANT_MESSAGES)"
-    _check_example(
+    every = _check_example(
         call(
             "renderer/raised",
             what_all,
@@ -133,15 +135,9 @@ def check_renderer(renderer: object, /, *, messages: Sequence[Message] = DEFAULT
         ),
         what_all,
     )
-
-    try:
-        tokens = last.model_input.to_ints()
-    except ValueError:
-        tokens = None  # images in the input: no token round trip to check
-    weighted = np.flatnonzero(last.weights > 0)
-    response = [] if tokens is None else tokens[int(weighted[0]) : int(weighted[-1]) + 1]
+    response, expected = _round_trip_case(messages, last, every, by_token=isinstance(stop[0], int))
     parsed = call(
-        "renderer/raised", f"{name}.parse_response()", lambda: the_renderer.parse_response(response)
+        "renderer/raised", f"{name}.parse_response()", lambda: the_renderer.parse_response(response or [])
     )
     expect_type(
         parsed,
@@ -149,14 +145,38 @@ def check_renderer(renderer: object, /, *, messages: Sequence[Message] = DEFAULT
         rule="renderer/parse-response-type",
         what=f"{name}.parse_response() must return (Message, bool)",
     )
-    if tokens is None:
+    if response is None or expected is None:
         return
     message, ok = parsed
-    expected = messages[-1]
     if not ok or message["role"] != "assistant" or message["content"] != expected["content"]:
         raise ConformanceError(
             "renderer/round-trip",
-            f"{name}.parse_response() on the weighted tokens of the last assistant message gave "
+            f"{name}.parse_response() on the sampled-like tokens of an assistant message gave "
             f"({short_repr(dict(message))}, {ok}); expected role 'assistant', content "
             f"{expected['content']!r} and True",
         )
+
+
+def _round_trip_case(
+    messages: Sequence[Message], last: SupervisedExample, every: SupervisedExample, *, by_token: bool
+) -> tuple[list[int] | None, Message | None]:
+    """Tokens a sampler could have returned for an assistant message, and that message.
+
+    With stop tokens, the weighted tokens of the last assistant message end with the stop
+    token: they are the response. A stop string may reach into the next message (``"\n\nUser:"``),
+    so then the response runs from the first assistant message to the end of the conversation,
+    as the sampler would have seen it; without an assistant message followed by another there is
+    no case to check. Inputs with images have no token list: no case either.
+    """
+    try:
+        tokens = every.model_input.to_ints()
+    except ValueError:
+        return None, None
+    if by_token:
+        weighted = np.flatnonzero(last.weights > 0)
+        return tokens[int(weighted[0]) : int(weighted[-1]) + 1], messages[-1]
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if len(assistants) < 2:
+        return None, None
+    start = int(np.flatnonzero(every.weights > 0)[0])
+    return tokens[start:], messages[assistants[0]]

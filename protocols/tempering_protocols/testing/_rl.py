@@ -314,14 +314,14 @@ def _same_builder(a: object, b: object) -> bool:
         return False
 
 
-def _dataset_length(dataset: object, prefix: str) -> int:
+def _dataset_length(dataset: object) -> int:
     name = name_of(dataset)
     try:
         n = len(cast(Sequence[object], dataset))
     except Exception as exc:
-        raise ConformanceError(f"{prefix}/len", f"len({name}) failed: {type(exc).__name__}: {exc}") from exc
+        raise ConformanceError("rl-dataset/len", f"len({name}) failed: {type(exc).__name__}: {exc}") from exc
     if n <= 0:
-        raise ConformanceError(f"{prefix}/len", f"len({name}) is 0; the kit needs a batch to check")
+        raise ConformanceError("rl-dataset/len", f"len({name}) is 0; the kit needs a batch to check")
     return n
 
 
@@ -353,7 +353,7 @@ async def _check_rl_dataset(
     name = name_of(dataset)
     check_object_implements(dataset, RLDataset)
     the_dataset = cast(RLDataset, dataset)
-    n = _dataset_length(dataset, "rl-dataset")
+    n = _dataset_length(dataset)
     for index in _indices(n, indices):
         builders_P = _rl_batch(the_dataset, name, index)
         again_P = _rl_batch(the_dataset, name, index)
