@@ -6,7 +6,8 @@ tempering runs the training loops against a Tinker-compatible backend: the hoste
 """
 
 from tempering import _core
+from tempering._service import ServiceClient, service_client
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "_core"]
+__all__ = ["ServiceClient", "__version__", "_core", "service_client"]

@@ -1,0 +1,100 @@
+"""Futures and the single-thread workers that keep each client's requests in order.
+
+Every client method that does work returns a :class:`LocalFuture` at once; the work runs on the
+client's own worker thread, one request at a time, in submission order. That is what lets a
+trainer queue an ``optim_step`` behind a ``forward_backward`` before awaiting either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Generator
+from concurrent.futures import Future as ConcurrentFuture
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import tinker
+
+__all__ = ["LocalFuture", "Worker"]
+
+_T = TypeVar("_T")
+_worker_ids = itertools.count()
+
+
+class LocalFuture(tinker.APIFuture[_T]):
+    """The result of a local request: ``.result()`` in sync code, ``await`` in async code.
+
+    A subclass of ``tinker.APIFuture``, so code that checks for the SDK's future type accepts it.
+
+    Example::
+
+        fut = training_client.forward_backward(data, "cross_entropy")
+        out = fut.result()     # blocks
+        out = await fut        # in a coroutine
+    """
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: ConcurrentFuture[_T]) -> None:
+        self._future = future
+
+    @classmethod
+    def completed(cls, value: _T) -> LocalFuture[_T]:
+        """A future that already holds ``value``."""
+        future: ConcurrentFuture[_T] = ConcurrentFuture()
+        future.set_result(value)
+        return cls(future)
+
+    @classmethod
+    def failed(cls, error: BaseException) -> LocalFuture[_T]:
+        """A future that already holds ``error``."""
+        future: ConcurrentFuture[_T] = ConcurrentFuture()
+        future.set_exception(error)
+        return cls(future)
+
+    def result(self, timeout: float | None = None) -> _T:
+        return self._future.result(timeout)
+
+    async def result_async(self, timeout: float | None = None) -> _T:
+        async with asyncio.timeout(timeout):
+            return await asyncio.wrap_future(self._future)
+
+    def future(self) -> ConcurrentFuture[_T]:
+        return self._future
+
+    def done(self) -> bool:
+        """Whether the request has finished (successfully or not)."""
+        return self._future.done()
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self.result_async().__await__()
+
+    def __repr__(self) -> str:
+        state = "done" if self._future.done() else "pending"
+        return f"<LocalFuture {state}>"
+
+
+class Worker:
+    """One thread that runs submitted calls in submission order."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"tempering-{name}-{next(_worker_ids)}"
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[[], _T]) -> LocalFuture[_T]:
+        """Queue ``fn``; its return value or exception arrives through the future."""
+        with self._lock:
+            if self._closed:
+                return LocalFuture.failed(RuntimeError("this client has been closed"))
+            return LocalFuture(self._executor.submit(fn))
+
+    def close(self, wait: bool = True) -> None:
+        """Refuse new calls; with ``wait``, finish the queued ones first."""
+        with self._lock:
+            self._closed = True
+        self._executor.shutdown(wait=wait)

@@ -1,0 +1,290 @@
+"""The built-in losses, and the checks that turn a list of datums into one padded batch.
+
+Every loss is a sum over tokens (reduction ``sum``) of an elementwise term, as the hosted
+service defines them. With ``lp`` the trainer's log-probability of ``target_tokens``, ``q`` the
+sampler's (``logprobs`` input), ``A`` the ``advantages`` and ``r = exp(lp - q)``:
+
+=====================  ======================================================  ==========================
+loss                   loss (summed over tokens)                                config (default)
+=====================  ======================================================  ==========================
+``cross_entropy``      ``-weights * lp`` (also ``[T, K]`` targets and weights)  —
+``importance_sampling````-r * A``                                               —
+``ppo``                ``-min(r * A, clip(r, low, high) * A)``                  ``clip_low_threshold`` (0.8),
+                                                                                ``clip_high_threshold`` (1.2)
+``cispo``              ``-stopgrad(clip(r, low, high)) * lp * A``               ``clip_low_threshold`` (0.0),
+                                                                                ``clip_high_threshold`` (4.0)
+``dro``                ``-(lp * A - beta / 2 * (lp - q) ** 2)``                 ``beta`` (0.1)
+=====================  ======================================================  ==========================
+
+``ppo`` and ``cispo`` also take per-token ``clip_low_threshold`` / ``clip_high_threshold`` in
+``loss_fn_inputs``; they override the config for that datum.
+
+Shapes of one datum (``T`` = number of input tokens):
+
+==================  =========================  =====================================
+field               shape                      meaning
+==================  =========================  =====================================
+``model_input``     ``T``                      input tokens
+``target_tokens``   ``T`` or ``T, K``          token predicted at each position
+``weights``         same as ``target_tokens``  cross_entropy weight per target
+``logprobs``        ``T``                      sampler's logprob of each target
+``advantages``      ``T``                      advantage of each target
+==================  =========================  =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import tinker
+import torch
+
+from tempering.local.errors import DatumError, LossConfigError, UnknownLossError
+
+__all__ = ["BUILTIN_LOSSES", "Batch", "BuiltinLoss", "build_batch", "get_loss", "resolve_config"]
+
+Objective = Callable[[torch.Tensor, Mapping[str, torch.Tensor], Mapping[str, float]], torch.Tensor]
+"""``(lp_B_L_K, inputs, config) -> elementwise loss [B, L, K]``; padding is masked afterwards."""
+
+
+def _cross_entropy(
+    lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]
+) -> torch.Tensor:
+    return -lp * inputs["weights"]
+
+
+def _ratio(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    return torch.exp(lp - inputs["logprobs"])
+
+
+def _importance_sampling(
+    lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]
+) -> torch.Tensor:
+    return -_ratio(lp, inputs) * inputs["advantages"]
+
+
+def _ppo(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]) -> torch.Tensor:
+    ratio = _ratio(lp, inputs)
+    clipped = torch.clamp(ratio, inputs["clip_low_threshold"], inputs["clip_high_threshold"])
+    advantages = inputs["advantages"]
+    return -torch.minimum(ratio * advantages, clipped * advantages)
+
+
+def _cispo(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]) -> torch.Tensor:
+    ratio = _ratio(lp, inputs)
+    clipped = torch.clamp(ratio, inputs["clip_low_threshold"], inputs["clip_high_threshold"]).detach()
+    return -clipped * lp * inputs["advantages"]
+
+
+def _dro(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], cfg: Mapping[str, float]) -> torch.Tensor:
+    quadratic = (lp - inputs["logprobs"]) ** 2
+    return -(lp * inputs["advantages"] - 0.5 * cfg["beta"] * quadratic)
+
+
+@dataclass(frozen=True)
+class BuiltinLoss:
+    """One built-in loss: the inputs it reads and its elementwise term."""
+
+    name: str
+    required: tuple[str, ...]
+    """``loss_fn_inputs`` keys it needs besides ``target_tokens``."""
+    per_token_config: tuple[str, ...]
+    """Config keys a datum may also give per token in ``loss_fn_inputs``."""
+    config_defaults: Mapping[str, float]
+    allows_topk: bool
+    """Whether ``target_tokens`` may be ``[T, K]``."""
+    objective: Objective
+
+
+_CLIP = ("clip_low_threshold", "clip_high_threshold")
+
+BUILTIN_LOSSES: Mapping[str, BuiltinLoss] = {
+    loss.name: loss
+    for loss in (
+        BuiltinLoss("cross_entropy", ("weights",), (), {}, True, _cross_entropy),
+        BuiltinLoss("importance_sampling", ("logprobs", "advantages"), (), {}, False, _importance_sampling),
+        BuiltinLoss(
+            "ppo",
+            ("logprobs", "advantages"),
+            _CLIP,
+            {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+            False,
+            _ppo,
+        ),
+        BuiltinLoss(
+            "cispo",
+            ("logprobs", "advantages"),
+            _CLIP,
+            {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+            False,
+            _cispo,
+        ),
+        BuiltinLoss("dro", ("logprobs", "advantages"), (), {"beta": 0.1}, False, _dro),
+    )
+}
+
+
+def get_loss(name: str) -> BuiltinLoss:
+    """The built-in loss called ``name``; :class:`UnknownLossError` if there is none."""
+    loss = BUILTIN_LOSSES.get(name)
+    if loss is None:
+        raise UnknownLossError(
+            f"unknown loss {name!r}: the local engine implements {', '.join(BUILTIN_LOSSES)}; "
+            "use forward_backward_custom for anything else"
+        )
+    return loss
+
+
+def resolve_config(loss: BuiltinLoss, config: Mapping[str, float | str] | None) -> dict[str, float]:
+    """The loss's config: its defaults, overridden by ``config`` (whose keys must be known)."""
+    resolved = dict(loss.config_defaults)
+    for key, value in (config or {}).items():
+        if key not in loss.config_defaults:
+            known = ", ".join(loss.config_defaults) or "none"
+            raise LossConfigError(f"loss {loss.name!r} takes no config key {key!r} (it takes: {known})")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise LossConfigError(f"loss {loss.name!r}: config {key!r} must be a number, got {value!r}")
+        resolved[key] = float(value)
+    return resolved
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Datums padded into one batch (``B`` datums, ``L`` = longest, ``K`` = widest target).
+
+    ========================  ===========  ============================================
+    field                     shape        meaning
+    ========================  ===========  ============================================
+    ``input_ids``             ``B, L``     tokens, right-padded with 0
+    ``attention_mask``        ``B, L``     1 on real tokens; None when nothing is padded
+    ``targets``               ``B, L, K``  target tokens, padded with 0
+    ``mask``                  ``B, L, K``  1.0 on real targets
+    ``inputs[key]``           ``B, L, K``  float loss inputs, padded with 0
+    ========================  ===========  ============================================
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    targets: torch.Tensor
+    mask: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+    target_shapes: list[tuple[int, ...]]
+    num_tokens: int
+
+
+def _as_array(datum_index: int, key: str, value: tinker.TensorData) -> npt.NDArray[np.generic]:
+    try:
+        array = np.asarray(value.to_numpy())
+        if value.shape is not None and value.sparse_crow_indices is None:
+            array = array.reshape(value.shape)
+    except Exception as exc:
+        raise DatumError(datum_index, key, f"cannot be read as an array: {exc}") from exc
+    return array
+
+
+def build_batch(
+    data: Sequence[tinker.Datum],
+    loss: BuiltinLoss | None,
+    config: Mapping[str, float],
+    *,
+    vocab_size: int,
+    max_length: int,
+    device: torch.device,
+) -> Batch:
+    """Check every datum against ``loss`` (None: a custom loss, which needs only
+    ``target_tokens``) and pad them into one :class:`Batch`. Raises :class:`DatumError` naming
+    the first datum and field that don't fit; nothing is computed before all are checked."""
+    if not data:
+        raise ValueError("no data: pass at least one datum")
+    name = repr(loss.name) if loss is not None else "custom"
+    required = loss.required if loss is not None else ()
+    optional = loss.per_token_config if loss is not None else ()
+    allows_topk = loss.allows_topk if loss is not None else True
+    tokens_D: list[npt.NDArray[np.int64]] = []
+    targets_D: list[npt.NDArray[np.int64]] = []
+    inputs_D: list[dict[str, npt.NDArray[np.float32]]] = []
+    for i, datum in enumerate(data):
+        if not isinstance(datum, tinker.Datum):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise DatumError(i, "datum", f"expected tinker.Datum, got {type(datum).__name__}")
+        try:
+            tokens = np.asarray(datum.model_input.to_ints(), dtype=np.int64)
+        except ValueError as exc:
+            raise DatumError(i, "model_input", f"only token chunks are supported here ({exc})") from exc
+        n = len(tokens)
+        if n == 0:
+            raise DatumError(i, "model_input", "is empty")
+        if n > max_length:
+            raise DatumError(i, "model_input", f"has {n} tokens; the model's context is {max_length}")
+        _check_ids(i, "model_input", tokens, vocab_size)
+        fields = datum.loss_fn_inputs
+        if "target_tokens" not in fields:
+            raise DatumError(i, "target_tokens", "is missing")
+        if fields["target_tokens"].dtype != "int64":
+            raise DatumError(i, "target_tokens", f"must be int64, got {fields['target_tokens'].dtype}")
+        target = _as_array(i, "target_tokens", fields["target_tokens"]).astype(np.int64)
+        if target.ndim == 2 and not allows_topk:
+            raise DatumError(i, "target_tokens", f"loss {name} takes shape [T], got {list(target.shape)}")
+        if target.ndim not in (1, 2) or target.shape[0] != n or 0 in target.shape:
+            raise DatumError(
+                i,
+                "target_tokens",
+                f"has shape {list(target.shape)}; expected [{n}] or [{n}, K] like model_input",
+            )
+        _check_ids(i, "target_tokens", target, vocab_size)
+        arrays: dict[str, npt.NDArray[np.float32]] = {}
+        for key in (*required, *optional):
+            if key not in fields:
+                if key in optional:
+                    continue
+                raise DatumError(i, key, f"is missing (loss {name} needs {', '.join(required)})")
+            array = _as_array(i, key, fields[key])
+            if array.shape != target.shape:
+                raise DatumError(
+                    i, key, f"has shape {list(array.shape)} but target_tokens has {list(target.shape)}"
+                )
+            if not np.isfinite(array).all():
+                raise DatumError(i, key, "contains NaN or infinity")
+            arrays[key] = array.astype(np.float32)
+        tokens_D.append(tokens)
+        targets_D.append(target)
+        inputs_D.append(arrays)
+
+    B = len(data)
+    L = max(len(t) for t in tokens_D)
+    K = max(1 if t.ndim == 1 else t.shape[1] for t in targets_D)
+    input_ids = np.zeros((B, L), dtype=np.int64)
+    attention = np.zeros((B, L), dtype=np.int64)
+    targets = np.zeros((B, L, K), dtype=np.int64)
+    mask = np.zeros((B, L, K), dtype=np.float32)
+    inputs = {key: np.zeros((B, L, K), dtype=np.float32) for key in (*required, *optional)}
+    for key in optional:
+        inputs[key][:] = config[key]
+    for b, (tokens, target, arrays) in enumerate(zip(tokens_D, targets_D, inputs_D, strict=True)):
+        n = len(tokens)
+        k = 1 if target.ndim == 1 else target.shape[1]
+        input_ids[b, :n] = tokens
+        attention[b, :n] = 1
+        targets[b, :n, :k] = target.reshape(n, k)
+        mask[b, :n, :k] = 1.0
+        for key, array in arrays.items():
+            inputs[key][b, :n, :k] = array.reshape(n, k)
+    padded = bool((attention == 0).any())
+    return Batch(
+        input_ids=torch.from_numpy(input_ids).to(device),
+        attention_mask=torch.from_numpy(attention).to(device) if padded else None,
+        targets=torch.from_numpy(targets).to(device),
+        mask=torch.from_numpy(mask).to(device),
+        inputs={key: torch.from_numpy(value).to(device) for key, value in inputs.items()},
+        target_shapes=[tuple(t.shape) for t in targets_D],
+        num_tokens=int(attention.sum()),
+    )
+
+
+def _check_ids(index: int, key: str, ids: npt.NDArray[np.int64], vocab_size: int) -> None:
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = high if high >= vocab_size else low
+        raise DatumError(index, key, f"token id {bad} is outside the vocabulary [0, {vocab_size})")

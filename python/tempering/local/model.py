@@ -1,0 +1,217 @@
+"""Loading models for the local engine: base models, LoRA adapters, devices and dtypes.
+
+A base model is ``"tempering/tiny"`` (the built-in tiny model) or a local directory holding a
+Hugging Face causal LM (``config.json`` plus safetensors weights). LoRA adapters come from
+``peft``; full fine-tuning trains every parameter.
+
+Device: ``device=`` argument, else ``$TEMPERING_DEVICE``, else CUDA when available, else CPU.
+Dtype: ``dtype=`` argument, else ``$TEMPERING_DTYPE``, else bfloat16 on CUDA and float32 on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from tempering.local._hf import quiet_progress
+from tempering.local.checkpoints import LoraMeta
+from tempering.local.errors import ModelLoadError
+from tempering.local.tiny import TINY_MODEL, tiny_model_dir
+
+__all__ = [
+    "LORA_ALPHA",
+    "Placement",
+    "apply_lora",
+    "hf_model",
+    "inference_copy",
+    "load_base_model",
+    "load_tokenizer",
+    "lora_targets",
+    "move",
+    "resolve_model_dir",
+    "resolve_placement",
+    "trainable_parameters",
+]
+
+LORA_ALPHA = 32
+"""LoRA's alpha; the adapter's output is scaled by ``alpha / rank``."""
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model lives and in which dtype."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+
+def resolve_placement(
+    device: str | torch.device | None = None, dtype: str | torch.dtype | None = None
+) -> Placement:
+    """Pick the device and dtype (see the module docstring for the order of precedence)."""
+    chosen = device if device is not None else os.environ.get("TEMPERING_DEVICE") or None
+    if chosen is None:
+        chosen = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(chosen)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {chosen!r} requested but CUDA is not available")
+    wanted = dtype if dtype is not None else os.environ.get("TEMPERING_DTYPE") or None
+    if wanted is None:
+        dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    elif isinstance(wanted, torch.dtype):
+        dt = wanted
+    else:
+        if wanted.lower() not in _DTYPES:
+            raise ValueError(f"unknown dtype {wanted!r}; use one of {sorted(_DTYPES)}")
+        dt = _DTYPES[wanted.lower()]
+    return Placement(device=dev, dtype=dt)
+
+
+def resolve_model_dir(base_model: str, root: Path) -> Path:
+    """The directory of ``base_model``: the tiny model (built once under ``root``) or a path."""
+    if base_model == TINY_MODEL:
+        return tiny_model_dir(root)
+    path = Path(base_model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"base model {base_model!r}: not {TINY_MODEL!r} and not a directory with a config.json "
+            "(the local engine loads Hugging Face models from local directories; it does not download)"
+        )
+    return path.resolve()
+
+
+def load_base_model(model_dir: Path, placement: Placement, *, on_cpu: bool = False) -> PreTrainedModel:
+    """Load the causal LM in ``model_dir`` in ``placement``'s dtype, in eval mode (no dropout);
+    on ``placement``'s device, or on the CPU with ``on_cpu`` (to add an adapter first)."""
+    try:
+        with quiet_progress():
+            model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(model_dir, dtype=placement.dtype)
+    except Exception as exc:  # transformers raises many types; name the directory in one
+        raise ModelLoadError(f"could not load a causal LM from {model_dir}: {exc}") from exc
+    if not on_cpu:
+        move(model, placement.device)
+    model.eval()
+    return model
+
+
+def move(module: nn.Module, device: torch.device) -> None:
+    """Move ``module`` to ``device`` in place."""
+    # PreTrainedModel.to is wrapped with functools.wraps, which hides its bound signature.
+    nn.Module.to(module, device)
+
+
+def hf_model(model: nn.Module) -> PreTrainedModel:
+    """The Hugging Face model inside ``model`` (itself, or the base of a LoRA wrapper)."""
+    inner = model.get_base_model() if isinstance(model, PeftModel) else model
+    if not isinstance(inner, PreTrainedModel):
+        raise TypeError(f"expected a transformers PreTrainedModel, got {type(inner).__name__}")
+    return inner
+
+
+def load_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
+    """The Hugging Face tokenizer saved with the model."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except Exception as exc:
+        raise ModelLoadError(f"could not load a tokenizer from {model_dir}: {exc}") from exc
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        raise ModelLoadError(f"{model_dir} did not load as a transformers tokenizer")
+    return tokenizer
+
+
+def lora_targets(
+    model: PreTrainedModel, *, train_mlp: bool, train_attn: bool, train_unembed: bool
+) -> tuple[str, ...]:
+    """Names of the linear layers a LoRA adapter covers, chosen as the hosted service does:
+    attention projections, MLP projections and the unembedding, each switchable."""
+    unembed = model.get_output_embeddings()
+    targets: list[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear):
+            continue
+        if module is unembed:
+            if train_unembed:
+                targets.append(name)
+            continue
+        parts = name.lower().split(".")
+        is_attn = any("attn" in p or "attention" in p for p in parts)
+        is_mlp = not is_attn and any(
+            "mlp" in p or "ffn" in p or "feed_forward" in p or "expert" in p for p in parts
+        )
+        if (is_attn and train_attn) or (is_mlp and train_mlp):
+            targets.append(name)
+    if not targets:
+        raise ValueError(
+            "this LoRA configuration covers no layer: enable train_mlp, train_attn or train_unembed"
+        )
+    return tuple(targets)
+
+
+def apply_lora(model: PreTrainedModel, lora: LoraMeta, seed: int) -> PeftModel:
+    """Wrap ``model`` in a LoRA adapter (A initialised from ``seed``, B zero); freezes the base.
+
+    Give it a model on the CPU, so that the initialisation depends on the seed alone; move the
+    result to its device afterwards."""
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=0.0,
+        target_modules=list(lora.target_modules),
+        bias="none",
+    )
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # With tied embeddings peft warns that merging a LoRA on the unembedding would also
+        # change the embedding; inference_copy unties the two before merging.
+        warnings.filterwarnings(
+            "ignore", message=r"Model has `tie_word_embeddings=True`", category=UserWarning
+        )
+        # peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing`; harmless.
+        warnings.filterwarnings(
+            "ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, config)
+    peft_model.eval()
+    return peft_model
+
+
+def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters training updates, by name (LoRA's A and B, or every parameter)."""
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def inference_copy(model: nn.Module) -> nn.Module:
+    """A frozen copy of ``model`` for sampling, with any LoRA adapter merged into the weights."""
+    snapshot = copy.deepcopy(model)
+    if isinstance(snapshot, PeftModel):
+        base = hf_model(snapshot)
+        unembed = base.get_output_embeddings()
+        embed = base.get_input_embeddings()
+        inner = getattr(unembed, "base_layer", None)
+        if isinstance(inner, nn.Linear) and isinstance(embed, nn.Embedding) and inner.weight is embed.weight:
+            # Untie so that merging the unembedding's adapter leaves the embedding alone.
+            inner.weight = nn.Parameter(inner.weight.detach().clone(), requires_grad=False)
+        merged = snapshot.merge_and_unload()
+        if not isinstance(merged, nn.Module):
+            raise TypeError("peft merge_and_unload did not return a module")
+        snapshot = merged
+    snapshot.requires_grad_(False)
+    snapshot.eval()
+    return snapshot
