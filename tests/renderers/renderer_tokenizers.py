@@ -59,7 +59,7 @@ LLAMA3_TEMPLATE = (
 )
 
 
-def _backend() -> Tokenizer:
+def _backend(added_tokens: tuple[str, ...] = tuple(ADDED_TOKENS)) -> Tokenizer:
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab: dict[str, int] = {ch: i for i, ch in enumerate(sorted(alphabet))}
     for a, b in _MERGES:
@@ -68,21 +68,23 @@ def _backend() -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(SPECIAL_TOKENS)
-    tok.add_tokens(ADDED_TOKENS)
+    tok.add_tokens(list(added_tokens))
     return tok
 
 
 @functools.cache
-def _backend_json() -> str:
-    return _backend().to_str()
+def _backend_json(added_tokens: tuple[str, ...]) -> str:
+    return _backend(added_tokens).to_str()
 
 
 def make_tokenizer(
-    chat_template: str = CHATML_TEMPLATE, eos_token: str = "<|im_end|>"
+    chat_template: str | None = CHATML_TEMPLATE,
+    eos_token: str = "<|im_end|>",
+    added_tokens: tuple[str, ...] = tuple(ADDED_TOKENS),
 ) -> PreTrainedTokenizerFast:
     """A fresh byte-level tokenizer with every special token and the given chat template."""
     return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(_backend_json()),
+        tokenizer_object=Tokenizer.from_str(_backend_json(added_tokens)),
         bos_token="<|begin_of_text|>",
         eos_token=eos_token,
         pad_token="<|endoftext|>",

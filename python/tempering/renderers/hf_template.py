@@ -102,6 +102,8 @@ class HFTemplateRenderer(BaseRenderer):
         return list(self._stop_ids)
 
     def _apply(self, messages: Sequence[Message], *, generation: bool) -> str:
+        if not messages:
+            raise ValueError("the hf_template renderer cannot render an empty conversation")
         out = self._templater.apply_chat_template(
             [_to_hf(m) for m in messages],
             tokenize=False,
