@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import pickle
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TypeVar
@@ -49,13 +48,15 @@ class ConformanceError(AssertionError):
 
 
 def name_of(obj: object) -> str:
-    """A short name for messages: the qualified name of a class or function, else of its type."""
-    if isinstance(obj, type):
-        return obj.__qualname__
+    """A short name for messages: the qualified name of a class or function, else of its type.
+
+    The function a local class was defined in is left out (``Outer.Inner``, not
+    ``test_x.<locals>.Inner``).
+    """
     qualname = getattr(obj, "__qualname__", None)
-    if isinstance(qualname, str) and callable(obj):
-        return qualname
-    return type(obj).__qualname__
+    if not (isinstance(qualname, str) and (isinstance(obj, type) or callable(obj))):
+        qualname = type(obj).__qualname__
+    return qualname.rpartition("<locals>.")[2]
 
 
 def short_repr(value: object, limit: int = 120) -> str:
@@ -72,10 +73,6 @@ def expect_type(value: object, expected: object, *, rule: str, what: str) -> Non
         check_type(value, expected, collection_check_strategy=CollectionCheckStrategy.ALL_ITEMS)
     except TypeCheckError as exc:
         raise ConformanceError(rule, f"{what}: got {short_repr(value)} ({exc})") from None
-
-
-def is_finite_number(value: float) -> bool:
-    return math.isfinite(value)
 
 
 def raised(rule: str, what: str, exc: Exception) -> ConformanceError:

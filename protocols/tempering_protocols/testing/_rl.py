@@ -103,10 +103,13 @@ def _check_step_result(result: object, what: str) -> StepResult:
     return step
 
 
-async def _play(env: object, actions: ActionPolicy, max_steps: int) -> Trajectory:
-    """Run every env rule on ``env`` (consuming it) and return the trajectory it played."""
-    name = name_of(env)
-    check_object_implements(env, Env)
+async def _play(env: object, actions: ActionPolicy, max_steps: int, where: str = "") -> Trajectory:
+    """Run every env rule on ``env`` (consuming it) and return the trajectory it played.
+
+    ``where`` says where the env came from, for messages (e.g. `` (member 2 of MyGroup)``).
+    """
+    name = name_of(env) + where
+    check_object_implements(env, Env, where)
     if hasattr(env, "reset"):
         raise ConformanceError(
             "env/no-reset",
@@ -205,9 +208,11 @@ async def _make_envs(builder: EnvGroupBuilder, name: str) -> list[Env]:
     return cast(list[Env], envs_G)
 
 
-async def _check_builder(builder: object, actions: ActionPolicy, max_steps: int) -> TrajectoryGroup:
-    name = name_of(builder)
-    check_object_implements(builder, EnvGroupBuilder)
+async def _check_builder(
+    builder: object, actions: ActionPolicy, max_steps: int, where: str = ""
+) -> TrajectoryGroup:
+    name = name_of(builder) + where
+    check_object_implements(builder, EnvGroupBuilder, where)
     the_builder = cast(EnvGroupBuilder, builder)
     clone = pickle_round_trip(the_builder, rule="builder/pickle", what=name)
     try:
@@ -233,7 +238,9 @@ async def _check_builder(builder: object, actions: ActionPolicy, max_steps: int)
                 f"{name} made {G} envs but its unpickled copy made {len(clone_G)}",
             )
 
-        trajectories_G = [await _play(env, actions, max_steps) for env in envs_G]
+        trajectories_G = [
+            await _play(env, actions, max_steps, f" (member {g} of {name})") for g, env in enumerate(envs_G)
+        ]
         rewards = await acall(
             "builder/raised",
             f"{name}.compute_group_rewards()",
@@ -356,6 +363,9 @@ async def _check_rl_dataset(
     n = _dataset_length(dataset)
     for index in _indices(n, indices):
         builders_P = _rl_batch(the_dataset, name, index)
+        for p, builder in enumerate(builders_P):
+            where = f" (item {p} of {name}.get_batch({index}))"
+            pickle_round_trip(builder, rule="builder/pickle", what=name_of(builder) + where)
         again_P = _rl_batch(the_dataset, name, index)
         same = len(builders_P) == len(again_P) and all(
             _same_builder(a, b) for a, b in zip(builders_P, again_P, strict=True)
@@ -365,10 +375,8 @@ async def _check_rl_dataset(
                 "rl-dataset/deterministic",
                 f"{name}.get_batch({index}) returned different builders when called twice",
             )
-        for builder in builders_P:
-            pickle_round_trip(builder, rule="builder/pickle", what=name_of(builder))
-        for builder in builders_P[:builders_per_batch]:
-            await _check_builder(builder, actions, max_steps)
+        for p, builder in enumerate(builders_P[:builders_per_batch]):
+            await _check_builder(builder, actions, max_steps, f" (item {p} of {name}.get_batch({index}))")
 
 
 async def acheck_rl_dataset(

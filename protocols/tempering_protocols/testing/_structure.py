@@ -258,7 +258,7 @@ def check_class_implements(cls: type, protocol: type, /) -> None:
         raise ConformanceError(rule, f"{name_of(cls)} does not implement {name_of(protocol)}: {detail}")
 
 
-def check_object_implements(obj: object, protocol: type, /) -> None:
+def check_object_implements(obj: object, protocol: type, where: str = "", /) -> None:
     """Like :func:`check_class_implements`, for one object (members it set on itself count).
 
     A plain function or bound method stands for its own ``__call__``.
@@ -271,7 +271,9 @@ def check_object_implements(obj: object, protocol: type, /) -> None:
     problem = _find_problem(obj, protocol, functools.partial(_object_member_shape, obj))
     if problem is not None:
         rule, detail = problem
-        raise ConformanceError(rule, f"{name_of(obj)} does not implement {name_of(protocol)}: {detail}")
+        raise ConformanceError(
+            rule, f"{name_of(obj)}{where} does not implement {name_of(protocol)}: {detail}"
+        )
 
 
 def object_problem(obj: object, protocol: type) -> str | None:

@@ -1,0 +1,3 @@
+"""Shared test configuration for the tempering-protocols tests."""
+
+pytest_plugins = ["pytester"]
