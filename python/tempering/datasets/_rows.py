@@ -1,0 +1,186 @@
+"""Reading rows from local files, with errors that name the file and line.
+
+JSONL is read here, line by line (so an invalid line is reported, or skipped, by number);
+``json``, ``parquet`` and ``arrow`` files go through Hugging Face ``datasets`` (imported only
+then), read as a stream so nothing is cached on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal, TypeAlias, TypeVar
+
+import attrs
+
+__all__ = ["BadRows", "DataError", "Format", "RowError", "infer_format", "parse_rows"]
+
+_T = TypeVar("_T")
+
+Format: TypeAlias = Literal["jsonl", "json", "parquet", "arrow"]
+"""``jsonl``: read by tempering, line by line. The others: read through Hugging Face ``datasets``."""
+
+_SUFFIXES: dict[str, Format] = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".arrow": "arrow"}
+
+log = logging.getLogger("tempering.datasets")
+
+
+class RowError(ValueError):
+    """A row that does not have the expected shape (raised by row parsers, without a location)."""
+
+
+class DataError(ValueError):
+    """A malformed row or unreadable file; the message starts with ``path:line``.
+
+    ``line`` is the 1-based line of a JSONL file, or the 1-based row of another format
+    (``None`` when the whole file is unreadable).
+
+    Example::
+
+        try:
+            load_chat("chat.jsonl")
+        except DataError as err:
+            str(err)   # "chat.jsonl:17: message 1 has no role (a non-empty string)"
+            err.line   # 17
+    """
+
+    path: str
+    line: int | None
+    reason: str
+
+    def __init__(self, path: str, line: int | None, reason: str, *, unit: str = "line") -> None:
+        where = path if line is None else (f"{path}:{line}" if unit == "line" else f"{path}: row {line}")
+        super().__init__(f"{where}: {reason}")
+        self.path, self.line, self.reason, self.unit = path, line, reason, unit
+
+    def __reduce__(self) -> tuple[Callable[..., DataError], tuple[str, int | None, str, str]]:
+        return (_data_error, (self.path, self.line, self.reason, self.unit))
+
+    @property
+    def location(self) -> str:
+        """``path:line`` (or ``path: row N``), to label the row elsewhere."""
+        return str(self).removesuffix(f": {self.reason}")
+
+
+def _data_error(path: str, line: int | None, reason: str, unit: str) -> DataError:
+    return DataError(path, line, reason, unit=unit)
+
+
+@attrs.define
+class BadRows:
+    """Rows skipped because of ``skip_bad_rows=True``: how many, and the first few errors.
+
+    Example::
+
+        data = load_chat("chat.jsonl", skip_bad_rows=True)
+        data.bad_rows.count        # 3
+        data.bad_rows.errors[0]    # DataError("chat.jsonl:17: empty conversation")
+    """
+
+    count: int = 0
+    errors: list[DataError] = attrs.field(factory=list[DataError])
+    keep: int = 20
+
+    def add(self, error: DataError) -> None:
+        self.count += 1
+        if len(self.errors) < self.keep:
+            self.errors.append(error)
+
+    def report(self, path: str) -> None:
+        """Log a warning when rows were skipped."""
+        if self.count:
+            log.warning(
+                "%s: skipped %d malformed row(s); first: %s",
+                path,
+                self.count,
+                "; ".join(str(e) for e in self.errors[:3]),
+            )
+
+
+def infer_format(path: str | os.PathLike[str], format: Format | None = None) -> Format:
+    """The file format: ``format`` if given, else from the suffix.
+
+    Example::
+
+        infer_format("train.parquet")  # "parquet"
+    """
+    if format is not None:
+        if format not in _SUFFIXES.values():
+            raise ValueError(f"unknown format {format!r}; known: jsonl, json, parquet, arrow")
+        return format
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r}; pass format=")
+    return _SUFFIXES[suffix]
+
+
+def _jsonl_rows(path: str) -> Iterator[tuple[int, object, str | None]]:
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line), None
+            except json.JSONDecodeError as exc:
+                yield number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
+
+
+def _hf_rows(path: str, format: Format) -> Iterator[tuple[int, object, str | None]]:
+    try:
+        import datasets  # optional: the `data` extra
+        from datasets.exceptions import DatasetsError
+    except ImportError as exc:
+        raise ImportError(
+            f"reading {format} files needs Hugging Face datasets: pip install 'tempering[data]'"
+        ) from exc
+    try:
+        stream = datasets.load_dataset(format, data_files=path, split="train", streaming=True)
+        for number, row in enumerate(stream, start=1):
+            yield number, row, None
+    except (DatasetsError, OSError, ValueError) as exc:
+        # Arrow parses a whole block at once: the failing row is not known.
+        raise DataError(path, None, f"could not be read as {format} ({type(exc).__name__}: {exc})") from exc
+
+
+def parse_rows(
+    path: str | os.PathLike[str],
+    parse: Callable[[object], _T],
+    *,
+    format: Format | None = None,
+    skip_bad_rows: bool = False,
+    bad_rows: BadRows | None = None,
+) -> Iterator[tuple[str, _T]]:
+    """Parse every row of a file, yielding ``(location, item)``.
+
+    A row that is invalid JSON or that ``parse`` rejects with :class:`RowError` raises
+    :class:`DataError` naming the file and line, or, with ``skip_bad_rows``, is counted in
+    ``bad_rows`` and skipped.
+
+    Example::
+
+        for where, convo in parse_rows("chat.jsonl", parse_chat_row):
+            ...  # where == "chat.jsonl:1"
+    """
+    fmt = infer_format(path, format)
+    name = os.fspath(path)
+    if not Path(name).is_file():
+        raise FileNotFoundError(f"{name}: no such file")
+    unit = "line" if fmt == "jsonl" else "row"
+    rows = _jsonl_rows(name) if fmt == "jsonl" else _hf_rows(name, fmt)
+    for number, row, error in rows:
+        if error is None:
+            try:
+                item = parse(row)
+            except RowError as exc:
+                error = str(exc)
+            else:
+                yield (f"{name}:{number}" if unit == "line" else f"{name}: row {number}"), item
+                continue
+        err = DataError(name, number, error, unit=unit)
+        if not skip_bad_rows:
+            raise err
+        if bad_rows is not None:
+            bad_rows.add(err)

@@ -1,0 +1,91 @@
+"""Preference data: labeled comparisons from local files."""
+
+from __future__ import annotations
+
+import os
+
+import attrs
+import numpy as np
+
+from tempering.datasets._parse import parse_comparison_row
+from tempering.datasets._rows import BadRows, Format, parse_rows
+from tempering.datasets.batches import BatchedDataset
+from tempering.datasets.chat import Loaded
+from tempering_protocols import LabeledComparison
+
+__all__ = ["ComparisonDatasetBuilder", "load_comparisons"]
+
+
+def load_comparisons(
+    path: str | os.PathLike[str], *, format: Format | None = None, skip_bad_rows: bool = False
+) -> Loaded[LabeledComparison]:
+    """Every labeled comparison of a file, in memory.
+
+    Rows are ``{"prompt_conversation", "completion_A", "completion_B", "label"}`` or
+    ``{"prompt", "chosen", "rejected"}`` (see :func:`~tempering.datasets.parse_comparison_row`).
+
+    Example::
+
+        data = load_comparisons(tempering.assets.path("arithmetic_preferences.jsonl"))
+        data.items[0].label  # "A" or "B"
+    """
+    bad = BadRows()
+    rows = list(
+        parse_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad)
+    )
+    bad.report(os.fspath(path))
+    return Loaded(
+        path=os.fspath(path),
+        items=tuple(c for _, c in rows),
+        origins=tuple(o for o, _ in rows),
+        bad_rows=bad,
+    )
+
+
+@attrs.frozen
+class ComparisonDatasetBuilder:
+    """A picklable config for preference data; calling it builds (train, held-out).
+
+    The train comparisons come in shuffled batches (:class:`BatchedDataset`, which implements
+    ``ComparisonDataset``); the held-out ones are ``test_size`` comparisons drawn from ``path``
+    plus every comparison in ``test_path``, in file order.
+
+    Example::
+
+        train, test = ComparisonDatasetBuilder(
+            path=tempering.assets.path("arithmetic_preferences.jsonl"), batch_size=16, test_size=40
+        )()
+        train.get_batch(0)  # 16 LabeledComparison
+    """
+
+    path: str = attrs.field(converter=os.fspath)
+    batch_size: int
+    test_path: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
+    test_size: int = 0
+    seed: int = 0
+    format: Format | None = None
+    skip_bad_rows: bool = False
+
+    def __call__(
+        self,
+    ) -> tuple[BatchedDataset[LabeledComparison], BatchedDataset[LabeledComparison] | None]:
+        data = load_comparisons(self.path, format=self.format, skip_bad_rows=self.skip_bad_rows)
+        if not 0 <= self.test_size < len(data):
+            raise ValueError(
+                f"{self.path}: test_size={self.test_size} but the file has {len(data)} comparisons"
+            )
+        order = np.random.default_rng([self.seed, 1 << 20]).permutation(len(data))
+        held = sorted(int(i) for i in order[: self.test_size])
+        keep = sorted(int(i) for i in order[self.test_size :])
+        test_items = [data.items[i] for i in held]
+        if self.test_path is not None:
+            test_items += load_comparisons(
+                self.test_path, format=self.format, skip_bad_rows=self.skip_bad_rows
+            ).items
+        train = BatchedDataset([data.items[i] for i in keep], self.batch_size, seed=self.seed)
+        test = (
+            BatchedDataset(test_items, self.batch_size, shuffle=False, drop_last=False)
+            if test_items
+            else None
+        )
+        return train, test
