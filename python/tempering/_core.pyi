@@ -1,15 +1,97 @@
-"""Type stubs for the Rust extension ``tempering._core`` (hand-written, checked by stubtest)."""
+"""Type stubs for the Rust extension ``tempering._core`` (hand-written, checked by stubtest).
+
+Users call the typed wrappers in ``tempering.rl.data`` and ``tempering.supervised.data``; this
+module is their engine. Every function releases the GIL while it computes; bad input raises
+``DataError`` naming the problem / member / transition / token, a bug raises ``InternalError``.
+"""
+
+from collections.abc import Sequence
+from typing import final
 
 import numpy as np
 import numpy.typing as npt
+import tinker
+
+__all__ = [
+    "DataError",
+    "InternalError",
+    "PackedRL",
+    "PackedSupervised",
+    "group_advantages",
+    "constant_groups",
+    "validate_offsets",
+    "total_rewards",
+    "pack_trajectories",
+    "pack_examples",
+    "kl_penalty",
+    "_alloc_stats",
+    "_reset_alloc_peak",
+    "_panic_for_test",
+    "__version__",
+]
 
 __version__: str
 
+_Floats = Sequence[float] | npt.NDArray[np.float32] | npt.NDArray[np.float64]
+
 class DataError(ValueError):
-    """Bad input to the data core; the message names the problem, member and position."""
+    """Bad input to the data core; the message names the problem, member, transition and token."""
 
 class InternalError(RuntimeError):
     """A bug inside the data core (a Rust panic), surfaced as an exception, never a crash."""
+
+@final
+class PackedRL:
+    """Trajectories packed into datums, columnar: ``D`` datums, ``N`` positions, ``K`` opaque chunks."""
+
+    @property
+    def tokens_N(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def target_tokens_N(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def logprobs_N(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def advantages_N(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def mask_N(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def offsets_D1(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def group_idx_D(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def traj_idx_D(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_offsets_D1(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_pos_K(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_len_K(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_chunks_K(self) -> list[tinker.types.ModelInputChunk]: ...
+    @property
+    def compared_positions(self) -> int:
+        """Token positions compared by prefix tests (linear in the input; pinned by tests)."""
+
+@final
+class PackedSupervised:
+    """Supervised examples packed into datums, columnar: ``D`` datums, ``N`` positions."""
+
+    @property
+    def tokens_N(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def target_tokens_N(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def weights_N(self) -> npt.NDArray[np.float32]: ...
+    @property
+    def offsets_D1(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_offsets_D1(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_pos_K(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_len_K(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def opaque_chunks_K(self) -> list[tinker.types.ModelInputChunk]: ...
 
 def group_advantages(
     rewards_PG: npt.NDArray[np.float64],
@@ -21,3 +103,46 @@ def group_advantages(
     eps: float = 1e-06,
 ) -> npt.NDArray[np.float64]:
     """Group-relative advantages over ragged groups of rewards (flat rewards + offsets)."""
+
+def constant_groups(
+    rewards_PG: npt.NDArray[np.float64], offsets_P1: npt.NDArray[np.int64], /
+) -> npt.NDArray[np.bool_]:
+    """For each ragged group of rewards: are all its rewards equal?"""
+
+def validate_offsets(offsets: npt.NDArray[np.int64], n_values: int, /, *, what: str = "offsets") -> None:
+    """Raise ``DataError`` unless ``offsets`` is an Arrow-style offsets array over ``n_values``."""
+
+def total_rewards(
+    trajectory_groups_P: Sequence[object], /
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """``(rewards_PG, offsets_P1)``: each trajectory's step rewards plus its final reward."""
+
+def pack_trajectories(trajectory_groups_P: Sequence[object], advantages_P: Sequence[_Floats], /) -> PackedRL:
+    """Trajectories → datums (Tinker Cookbook semantics), columnar."""
+
+def pack_examples(
+    model_inputs: Sequence[tinker.ModelInput], weights: Sequence[_Floats], /, *, max_length: int | None = None
+) -> PackedSupervised:
+    """Model inputs + per-position weights → supervised datums, columnar, truncated to ``max_length``."""
+
+def kl_penalty(
+    logprobs_N: _Floats,
+    ref_logprobs_N: _Floats,
+    mask_N: _Floats,
+    advantages_N: _Floats,
+    offsets_D1: npt.NDArray[np.int64],
+    /,
+    *,
+    coef: float,
+    discount: float = 0.0,
+) -> tuple[npt.NDArray[np.float32], float]:
+    """New advantages with a centred KL penalty folded in, and the mean sampled-minus-reference logprob."""
+
+def _alloc_stats() -> tuple[int, int]:
+    """``(current, peak)`` bytes on the extension's Rust heap."""
+
+def _reset_alloc_peak() -> None:
+    """Start a new peak measurement from the current level."""
+
+def _panic_for_test(message: str) -> None:
+    """Panic inside the compute (GIL released); must surface as ``InternalError``."""

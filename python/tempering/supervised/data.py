@@ -1,0 +1,256 @@
+"""Supervised datums: rendered conversations (tokens + a weight per token) → ``tinker.Datum``.
+
+The work is done by the Rust core (``tempering._core.pack_examples``); this module is its typed
+front and the one place that turns columnar buffers into ``tinker.Datum`` objects (the RL path in
+``tempering.rl.data`` uses :func:`build_datums` too).
+
+A rendered conversation of ``L`` positions becomes one datum of ``T = L - 1`` positions:
+
+=================  ========  ==================================================================
+key                shape     value at position ``t``
+=================  ========  ==================================================================
+``model_input``    ``[T]``   the conversation without its last position (right-shifted input)
+``target_tokens``  ``[T]``   the token at ``t + 1`` (left-shifted targets; 0 inside an image)
+``weights``        ``[T]``   the weight of the token at ``t + 1``
+=================  ========  ==================================================================
+
+Truncation to ``max_length`` keeps the first ``max_length`` positions; an image (or any other
+non-token chunk) is never cut: when the cut falls inside one, or just after one, the cut moves
+back to that chunk's start, because the model input must end on a token it can drop.
+
+Example::
+
+    example = renderer.build_supervised_example(messages, TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+    datum = datum_from_example(example, max_length=4096)
+    data_D = conversations_to_datums(renderer, conversations, max_length=4096)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import tinker
+from tinker.types import EncodedTextChunk, ModelInputChunk, TensorData
+
+from tempering import _core
+from tempering_protocols import FloatArray, Message, Renderer, SupervisedExample, TrainOnWhat
+
+__all__ = [
+    "DataError",
+    "SupervisedBatch",
+    "build_datums",
+    "conversations_to_datums",
+    "datum_from_example",
+    "datum_from_model_input_weights",
+    "examples_to_batch",
+    "examples_to_datums",
+    "model_input_from_columns",
+]
+
+DataError = _core.DataError
+"""Bad input (a ``ValueError``); the message names the example and token position."""
+
+Int64Array = npt.NDArray[np.int64]
+Float32Array = npt.NDArray[np.float32]
+
+
+def model_input_from_columns(
+    tokens_T: Int64Array,
+    opaque_pos: Sequence[int] = (),
+    opaque_len: Sequence[int] = (),
+    opaque_chunks: Sequence[ModelInputChunk] = (),
+) -> tinker.ModelInput:
+    """A ``tinker.ModelInput`` from one datum's input tokens and its opaque (non-token) chunks.
+
+    ``tokens_T`` holds a placeholder (0) at positions covered by opaque chunks; chunk ``k``
+    starts at ``opaque_pos[k]`` and covers ``opaque_len[k]`` positions. The objects are put back
+    unchanged, between token chunks.
+
+    The values are built by the Rust core and already valid, so pydantic validation is skipped
+    (``model_construct``): the result equals a validated ``ModelInput`` field for field.
+    """
+    if not opaque_chunks:
+        return tinker.ModelInput.model_construct(
+            chunks=[EncodedTextChunk.model_construct(tokens=tokens_T.tolist())]
+        )
+    chunks: list[ModelInputChunk] = []
+    prev = 0
+    for pos, n, chunk in zip(opaque_pos, opaque_len, opaque_chunks, strict=True):
+        if pos > prev:
+            chunks.append(EncodedTextChunk.model_construct(tokens=tokens_T[prev:pos].tolist()))
+        chunks.append(chunk)
+        prev = pos + n
+    if prev < len(tokens_T):
+        chunks.append(EncodedTextChunk.model_construct(tokens=tokens_T[prev:].tolist()))
+    return tinker.ModelInput.model_construct(chunks=chunks)
+
+
+def build_datums(
+    tokens_N: Int64Array,
+    offsets_D1: Int64Array,
+    loss_fn_inputs_N: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.float32]],
+    opaque_offsets_D1: Int64Array | None = None,
+    opaque_pos_K: Int64Array | None = None,
+    opaque_len_K: Int64Array | None = None,
+    opaque_chunks_K: Sequence[ModelInputChunk] = (),
+) -> list[tinker.Datum]:
+    """``tinker.Datum`` objects from columnar buffers, one per row of ``offsets_D1``.
+
+    Each ``loss_fn_inputs`` value is a ``TensorData`` over a *view* of the flat buffer (no copy):
+    the datums share memory with the buffers, which must not be modified afterwards.
+    """
+    offs: list[int] = offsets_D1.tolist()
+    names = list(loss_fn_inputs_N)
+    columns = [loss_fn_inputs_N[k] for k in names]
+    from_numpy = TensorData.from_numpy
+    Datum = tinker.Datum
+    data_D: list[tinker.Datum] = []
+    if not opaque_chunks_K:
+        tokens: list[int] = tokens_N.tolist()
+        ModelInput_construct = tinker.ModelInput.model_construct
+        Chunk_construct = EncodedTextChunk.model_construct
+        for d in range(len(offs) - 1):
+            a, b = offs[d], offs[d + 1]
+            data_D.append(
+                Datum(
+                    model_input=ModelInput_construct(chunks=[Chunk_construct(tokens=tokens[a:b])]),
+                    loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in zip(names, columns, strict=True)},
+                )
+            )
+        return data_D
+    assert opaque_offsets_D1 is not None
+    assert opaque_pos_K is not None
+    assert opaque_len_K is not None
+    ooffs: list[int] = opaque_offsets_D1.tolist()
+    pos_K: list[int] = opaque_pos_K.tolist()
+    len_K: list[int] = opaque_len_K.tolist()
+    for d in range(len(offs) - 1):
+        a, b = offs[d], offs[d + 1]
+        ka, kb = ooffs[d], ooffs[d + 1]
+        model_input = model_input_from_columns(
+            tokens_N[a:b], pos_K[ka:kb], len_K[ka:kb], opaque_chunks_K[ka:kb]
+        )
+        data_D.append(
+            Datum(
+                model_input=model_input,
+                loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in zip(names, columns, strict=True)},
+            )
+        )
+    return data_D
+
+
+@attrs.frozen(eq=False)
+class SupervisedBatch:
+    """Supervised datums, columnar: ``D`` datums, ``N`` positions, ``K`` opaque chunks.
+
+    ==========================  ==========  ==============================================
+    field                       shape       meaning
+    ==========================  ==========  ==============================================
+    ``tokens_N``                ``[N]``     model-input tokens (0 inside opaque chunks)
+    ``target_tokens_N``         ``[N]``     next token (0 inside opaque chunks)
+    ``weights_N``               ``[N]``     weight of each target
+    ``offsets_D1``              ``[D+1]``   datum ``d`` is ``[offsets_D1[d], offsets_D1[d+1])``
+    ``opaque_offsets_D1``       ``[D+1]``   opaque chunks of datum ``d``, over ``K``
+    ``opaque_pos_K``            ``[K]``     position of each opaque chunk in its datum
+    ``opaque_len_K``            ``[K]``     length of each opaque chunk
+    ``opaque_chunks_K``         ``K``       the chunk objects (images, ...)
+    ==========================  ==========  ==============================================
+
+    Example::
+
+        batch = examples_to_batch(examples, max_length=2048)
+        weights_T = batch.weights_N[batch.offsets_D1[0] : batch.offsets_D1[1]]
+    """
+
+    tokens_N: Int64Array
+    target_tokens_N: Int64Array
+    weights_N: Float32Array
+    offsets_D1: Int64Array
+    opaque_offsets_D1: Int64Array
+    opaque_pos_K: Int64Array
+    opaque_len_K: Int64Array
+    opaque_chunks_K: Sequence[ModelInputChunk] = ()
+
+    @property
+    def n_datums(self) -> int:
+        return len(self.offsets_D1) - 1
+
+    def model_input(self, d: int, /) -> tinker.ModelInput:
+        """The model input of datum ``d``."""
+        a, b = int(self.offsets_D1[d]), int(self.offsets_D1[d + 1])
+        ka, kb = int(self.opaque_offsets_D1[d]), int(self.opaque_offsets_D1[d + 1])
+        return model_input_from_columns(
+            self.tokens_N[a:b],
+            self.opaque_pos_K[ka:kb].tolist(),
+            self.opaque_len_K[ka:kb].tolist(),
+            self.opaque_chunks_K[ka:kb],
+        )
+
+    def to_datums(self) -> list[tinker.Datum]:
+        """``tinker.Datum`` objects with ``target_tokens`` and ``weights`` (views, no copies)."""
+        return build_datums(
+            self.tokens_N,
+            self.offsets_D1,
+            {"target_tokens": self.target_tokens_N, "weights": self.weights_N},
+            self.opaque_offsets_D1,
+            self.opaque_pos_K,
+            self.opaque_len_K,
+            self.opaque_chunks_K,
+        )
+
+
+def _pack(
+    model_inputs: Sequence[tinker.ModelInput], weights: Sequence[FloatArray], max_length: int | None
+) -> SupervisedBatch:
+    p = _core.pack_examples(model_inputs, weights, max_length=max_length)
+    return SupervisedBatch(
+        tokens_N=p.tokens_N,
+        target_tokens_N=p.target_tokens_N,
+        weights_N=p.weights_N,
+        offsets_D1=p.offsets_D1,
+        opaque_offsets_D1=p.opaque_offsets_D1,
+        opaque_pos_K=p.opaque_pos_K,
+        opaque_len_K=p.opaque_len_K,
+        opaque_chunks_K=p.opaque_chunks_K,
+    )
+
+
+def examples_to_batch(
+    examples: Sequence[SupervisedExample], *, max_length: int | None = None
+) -> SupervisedBatch:
+    """Many rendered conversations → one columnar batch (one Rust call)."""
+    return _pack([e.model_input for e in examples], [e.weights for e in examples], max_length)
+
+
+def examples_to_datums(
+    examples: Sequence[SupervisedExample], *, max_length: int | None = None
+) -> list[tinker.Datum]:
+    """Many rendered conversations → ``tinker.Datum`` objects, in order."""
+    return examples_to_batch(examples, max_length=max_length).to_datums()
+
+
+def datum_from_model_input_weights(
+    model_input: tinker.ModelInput, weights: FloatArray, max_length: int | None = None
+) -> tinker.Datum:
+    """One conversation (tokens + a weight per token) → one datum (the Cookbook's function)."""
+    return _pack([model_input], [weights], max_length).to_datums()[0]
+
+
+def datum_from_example(example: SupervisedExample, max_length: int | None = None) -> tinker.Datum:
+    """One rendered conversation → one datum."""
+    return datum_from_model_input_weights(example.model_input, example.weights, max_length)
+
+
+def conversations_to_datums(
+    renderer: Renderer,
+    conversations: Sequence[Sequence[Message]],
+    train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+    *,
+    max_length: int | None = None,
+) -> list[tinker.Datum]:
+    """Render each conversation with ``renderer`` and pack them all in one Rust call."""
+    examples = [renderer.build_supervised_example(c, train_on_what) for c in conversations]
+    return examples_to_datums(examples, max_length=max_length)
