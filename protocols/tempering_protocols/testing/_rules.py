@@ -51,7 +51,7 @@ RULES: Final[Mapping[str, str]] = MappingProxyType(
         "supervised/deterministic": "`get_batch(i)` changes when called again, or after re-seeding",
         "supervised/raised": "`get_batch(i)` or `set_epoch()` raised",
         "supervised-builder/pickle": "the dataset builder does not pickle",
-        "supervised-builder/return-type": "`builder()` is not `(SupervisedDataset, SupervisedDataset|None)`",
+        "supervised-builder/return-type": "`builder()` is not (SupervisedDataset, SupervisedDataset | None)",
         "supervised-builder/raised": "`builder()` raised",
         # Renderer
         "renderer/generation-prompt-type": "`build_generation_prompt()` is not a non-empty ModelInput",
