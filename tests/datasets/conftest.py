@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from dataset_helpers import WriteRows
 
 # The in-memory test tokenizer lives beside the renderer tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "renderers"))
-
-WriteRows = Callable[[str, list[object]], Path]
-
-
-def chat_row(question: str, answer: str) -> dict[str, object]:
-    return {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]}
 
 
 @pytest.fixture

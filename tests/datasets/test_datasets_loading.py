@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import WriteRows, chat_row
+from dataset_helpers import WriteRows, chat_row
 
 from tempering.datasets import (
     BadRows,

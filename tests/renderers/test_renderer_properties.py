@@ -142,8 +142,7 @@ test_render_then_parse_round_trips = for_each_renderer(_round_trip)
 
 def _prefix(renderer: BaseRenderer, messages: list[Message]) -> None:
     """Renderings of longer conversations, and their generation prompts, extend shorter ones."""
-    if not renderer.extends_prefix:
-        pytest.skip("this renderer says it does not extend prefixes")
+    assert renderer.extends_prefix
     rendered = [tokens(renderer, messages[:j]) for j in range(1, len(messages) + 1)]
     prompts = [prompt(renderer, messages[:j]) for j in range(1, len(messages) + 1)]
     for j, shorter in enumerate(rendered, start=1):
@@ -156,8 +155,7 @@ test_prefix_extension = for_each_renderer(_prefix, [n for n in sorted(FEATURES) 
 
 def _assistant_weights(renderer: BaseRenderer, messages: list[Message]) -> None:
     """Assistant-only modes weight exactly each chosen assistant completion: never prompt tokens."""
-    if not renderer.extends_prefix:
-        pytest.skip("spans are located through prefixes")
+    assert renderer.extends_prefix, "spans are located through prefixes"
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     spans = {
         i: (len(prompt(renderer, messages[:i])), len(tokens(renderer, messages[: i + 1]))) for i in assistants
@@ -181,7 +179,9 @@ def _assistant_weights(renderer: BaseRenderer, messages: list[Message]) -> None:
     assert renderer.build_supervised_example(messages, TrainOnWhat.ALL_TOKENS).weights.all()
 
 
-test_weights_stay_on_assistant_completions = for_each_renderer(_assistant_weights)
+test_weights_stay_on_assistant_completions = for_each_renderer(
+    _assistant_weights, [n for n in sorted(FEATURES) if n != "qwen3"]
+)
 
 
 def _last_turn_weights(renderer: BaseRenderer, messages: list[Message]) -> None:
