@@ -268,6 +268,10 @@ def check_object_implements(obj: object, protocol: type, where: str = "", /) -> 
         async def policy(model_input, stop): ...
         check_object_implements(policy, TokenCompleter)
     """
+    if isinstance(obj, type):
+        raise TypeError(
+            f"{name_of(obj)} is a class; pass an instance (check_class_implements checks classes)"
+        )
     problem = _find_problem(obj, protocol, functools.partial(_object_member_shape, obj))
     if problem is not None:
         rule, detail = problem

@@ -86,6 +86,11 @@ def test_a_policy_returning_non_tokens_is_a_usage_error() -> None:
         check_env(OneStepEnv(), actions=lambda ob, stop: "1 2 3")  # pyright: ignore[reportArgumentType]
 
 
+def test_passing_a_class_instead_of_an_instance_is_a_usage_error() -> None:
+    with pytest.raises(TypeError, match="OneStepEnv is a class; pass an instance"):
+        check_env(OneStepEnv)
+
+
 def test_check_env_group_builder_returns_the_scored_group() -> None:
     group = check_env_group_builder(example_env.GuessGroup(secret=4), actions=example_env.bisect_actions)
     assert len(group.trajectories_G) == 4
