@@ -33,6 +33,12 @@ Kind: TypeAlias = Literal[
     "token_completer",
     "message_completer",
 ]
+"""The kinds of implementation the kit checks (the keys of ``CHECKS``).
+
+Example::
+
+    check_conformance(my_policy, "token_completer")
+"""
 
 CHECKS: Final[Mapping[str, Callable[[object], object]]] = {
     "env": check_env,

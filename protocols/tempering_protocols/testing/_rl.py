@@ -49,7 +49,13 @@ __all__ = [
 ]
 
 ActionPolicy: TypeAlias = Callable[[Observation, StopCondition], Action]
-"""What the kit plays an env with: ``(observation, stop condition) -> action tokens``."""
+"""What the kit plays an env with: ``(observation, stop condition) -> action tokens``.
+
+Example::
+
+    def always_answer_seven(observation, stop):
+        return [7, 0]   # the answer, then the stop token (id 0 here)
+"""
 
 DEFAULT_MAX_STEPS = 64
 

@@ -108,7 +108,13 @@ def resolve_spec(spec: str) -> tuple[object, Kind | None]:
 
 
 class ConformanceItem(pytest.Item):
-    """One ``--tempering-conformance`` spec, run as a test."""
+    """One ``--tempering-conformance`` spec, run as a test; a failure shows the rule's message.
+
+    Example::
+
+        # pytest -v --tempering-conformance=mypkg.envs:MyGroup
+        # tempering-conformance[mypkg.envs:MyGroup] PASSED
+    """
 
     @property
     def spec(self) -> str:
