@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "renderers"))
 def write_jsonl(tmp_path: Path) -> WriteRows:
     """Write rows (objects are JSON-encoded, strings written as they are) to ``tmp_path/name``."""
 
-    def write(name: str, rows: list[object]) -> Path:
+    def write(name: str, rows: Sequence[object]) -> Path:
         path = tmp_path / name
         lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-WriteRows = Callable[[str, list[object]], Path]
+WriteRows = Callable[[str, Sequence[object]], Path]
 
 
 def chat_row(question: str, answer: str) -> dict[str, object]:

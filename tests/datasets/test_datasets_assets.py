@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from renderer_tokenizers import make_tokenizer
+from renderer_tokenizers import make_tokenizer  # pyright: ignore[reportMissingImports]  # on sys.path via conftest
 
 from tempering import assets
 from tempering.assets.generate import NAMES, generate

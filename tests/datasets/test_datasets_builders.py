@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tinker
 from dataset_helpers import WriteRows, chat_row
-from renderer_tokenizers import make_tokenizer
+from renderer_tokenizers import make_tokenizer  # pyright: ignore[reportMissingImports]  # on sys.path via conftest
 from transformers import PreTrainedTokenizerFast
 
 from tempering import assets

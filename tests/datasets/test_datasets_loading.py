@@ -21,9 +21,9 @@ from tempering.datasets import (
     parse_comparison_row,
     stream_chat,
 )
-from tempering_protocols import Comparison, LabeledComparison
+from tempering_protocols import Comparison, LabeledComparison, Message
 
-GOOD = [chat_row(f"What is {i} + 1?", str(i + 1)) for i in range(5)]
+GOOD: list[dict[str, object]] = [chat_row(f"What is {i} + 1?", str(i + 1)) for i in range(5)]
 
 
 def test_load_jsonl(write_jsonl: WriteRows) -> None:
@@ -197,7 +197,7 @@ def test_core_works_without_hf_datasets(write_jsonl: WriteRows) -> None:
 
 
 def test_comparison_rows() -> None:
-    prompt = [{"role": "user", "content": "2+2?"}]
+    prompt: list[Message] = [{"role": "user", "content": "2+2?"}]
     canonical = parse_comparison_row(
         {
             "prompt_conversation": prompt,

@@ -92,6 +92,8 @@ def test_errors_in_a_batch_name_the_conversation(renderers: dict[str, BaseRender
     broken: list[Message] = [{"role": "user", "content": 5}]  # pyright: ignore[reportAssignmentType]  # bad on purpose
     with pytest.raises(TypeError, match=r"^chat.jsonl:9: message 0 \(user\) has content of type int"):
         renderers["chatml"].build_supervised_examples([broken], names=["chat.jsonl:9"])
+    with pytest.raises(NoTrainableTokensError, match=r"^conversation 1 of the batch: train_on_what"):
+        renderers["chatml"].build_supervised_examples([CONVO, bad])
     with pytest.raises(ValueError, match="2 names for 1 conversations"):
         renderers["chatml"].build_supervised_examples([CONVO], names=["a", "b"])
 

@@ -315,7 +315,8 @@ class BaseRenderer(abc.ABC):
     ) -> list[SupervisedExample]:
         """Render many conversations with one batch tokenizer call.
 
-        ``names`` label the conversations in errors (for example ``"chat.jsonl:17"``).
+        ``names`` label the conversations in errors (for example ``"chat.jsonl:17"``; by
+        default ``"conversation 3 of the batch"``).
 
         Example::
 
@@ -327,6 +328,8 @@ class BaseRenderer(abc.ABC):
         plans: list[tuple[list[Piece], list[float]]] = []
         for i, messages in enumerate(conversations):
             label = names[i] if names is not None else None
+            if label is None and len(conversations) > 1:
+                label = f"conversation {i} of the batch"
             try:
                 _check_messages(messages, allow_empty=False)
                 plans.append(self._plan(messages, mode))
