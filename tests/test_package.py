@@ -13,17 +13,34 @@ def _run(code: str) -> str:
     return out.stdout.strip()
 
 
-def test_protocols_import_without_tempering_or_torch() -> None:
+# Importing in a subprocess where torch and peft cannot be imported, as on a machine without the
+# `local` extra. (`tinker` itself imports torch when it is installed, so checking sys.modules in
+# this venv would prove nothing.)
+_BLOCK_LOCAL_EXTRA = """
+import importlib.abc, sys
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'peft'):
+            raise ImportError(f'{name} is blocked for this test')
+        return None
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def test_protocols_import_without_tempering_or_local_extra() -> None:
     loaded = _run(
-        "import sys, tempering_protocols, tempering_protocols.testing; "
-        "print(','.join(m for m in ('tempering', 'torch', 'transformers.modeling_utils') if m in sys.modules))"
+        _BLOCK_LOCAL_EXTRA + "import tempering_protocols, tempering_protocols.testing\n"
+        "print(','.join(m for m in ('tempering', 'torch', 'peft') if m in sys.modules))"
     )
     assert loaded == ""
 
 
-def test_tempering_imports_without_torch() -> None:
-    loaded = _run("import sys, tempering; print('torch' in sys.modules)")
-    assert loaded == "False"
+def test_tempering_imports_without_local_extra() -> None:
+    loaded = _run(
+        _BLOCK_LOCAL_EXTRA + "import tempering, tempering.rl.data, tempering.supervised.data\n"
+        "print(','.join(m for m in ('torch', 'peft', 'tempering.local') if m in sys.modules))"
+    )
+    assert loaded == ""
 
 
 def test_core_extension_is_the_compiled_module() -> None:
