@@ -16,11 +16,42 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import tinker
+import torch
 
-__all__ = ["LocalFuture", "Worker"]
+__all__ = ["LocalFuture", "Worker", "new_executor", "set_torch_threads"]
 
 _T = TypeVar("_T")
 _worker_ids = itertools.count()
+_torch_threads: int | None = None
+
+
+def set_torch_threads(count: int) -> None:
+    """Use ``count`` intra-op threads in torch, in this thread and in every worker thread the
+    local engine starts from now on. Process-wide (``torch.set_num_threads``).
+
+    One thread is often fastest for small models on a busy machine: OpenMP's threads wait for
+    each other at every operation, which a tiny matrix product cannot amortise.
+    """
+    global _torch_threads
+    if count < 1:
+        raise ValueError(f"the number of threads must be >= 1, got {count}")
+    _torch_threads = count
+    torch.set_num_threads(count)
+
+
+def _init_worker_thread() -> None:
+    # OpenMP keeps the thread count per thread: repeat the setting in each new worker.
+    if _torch_threads is not None:
+        torch.set_num_threads(_torch_threads)
+
+
+def new_executor(name: str) -> ThreadPoolExecutor:
+    """A single-thread executor whose thread uses the engine's torch thread setting."""
+    return ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix=f"tempering-{name}-{next(_worker_ids)}",
+        initializer=_init_worker_thread,
+    )
 
 
 class LocalFuture(tinker.APIFuture[_T]):
@@ -80,9 +111,7 @@ class Worker:
     """One thread that runs submitted calls in submission order."""
 
     def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"tempering-{name}-{next(_worker_ids)}"
-        )
+        self._executor = new_executor(name)
         self._lock = threading.Lock()
         self._closed = False
 

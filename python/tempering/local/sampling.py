@@ -26,7 +26,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future as ConcurrentFuture
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
-from tempering.local.futures import LocalFuture
+from tempering.local.futures import LocalFuture, new_executor
 from tempering.local.model import Placement
 
 __all__ = ["LocalSamplingClient", "SamplerModel"]
@@ -517,7 +516,7 @@ class LocalSamplingClient:
             ready.set_result(model)
             model = ready
         self._state = _SamplerState(model)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tempering-sampler")
+        self._executor = new_executor("sampler")
 
     def _sampler(self) -> SamplerModel:
         return self._state.model.result()

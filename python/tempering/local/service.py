@@ -15,7 +15,7 @@ import torch
 
 from tempering.local.checkpoints import CheckpointStore, LoraMeta
 from tempering.local.errors import IncompatibleCheckpointError
-from tempering.local.futures import LocalFuture, Worker
+from tempering.local.futures import LocalFuture, Worker, set_torch_threads
 from tempering.local.model import (
     LORA_ALPHA,
     Placement,
@@ -92,6 +92,8 @@ class ServiceClient:
     ``root``: the checkpoint store (default ``$TEMPERING_HOME`` or ``~/.cache/tempering``).
     ``device`` / ``dtype``: default ``$TEMPERING_DEVICE`` / ``$TEMPERING_DTYPE``, else CUDA with
     bfloat16 when available, else CPU with float32.
+    ``num_threads``: torch's intra-op threads (default ``$TEMPERING_NUM_THREADS``, else torch's
+    own default); process-wide. ``1`` is often fastest for small models on a busy CPU.
 
     Example::
 
@@ -106,7 +108,11 @@ class ServiceClient:
         root: str | os.PathLike[str] | None = None,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
+        num_threads: int | None = None,
     ) -> None:
+        threads = num_threads if num_threads is not None else os.environ.get("TEMPERING_NUM_THREADS")
+        if threads is not None and threads != "":
+            set_torch_threads(int(threads))
         self._store = CheckpointStore(root)
         self._placement = resolve_placement(device, dtype)
         self._worker = Worker("service")

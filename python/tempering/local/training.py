@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import tinker
 import torch
 from tinker import types as ttypes
@@ -191,7 +192,7 @@ class LocalTrainingClient:
                 "Sequence[torch.Tensor | None]",
                 torch.autograd.grad(loss.reshape(()), leaves, allow_unused=True),
             )
-            out_metrics = {str(k): float(v) for k, v in dict(metrics).items()}
+            out_metrics = {str(k): _scalar(v) for k, v in dict(metrics).items()}
             grads_on_device = [
                 (g if g is not None else torch.zeros_like(leaf)).to(lp.device, lp.dtype)
                 for g, leaf, lp in zip(grads, leaves, per_datum, strict=True)
@@ -417,3 +418,12 @@ class LocalTrainingClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _scalar(value: object) -> float:
+    """A metric value as a float (a tensor is detached first)."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().reshape(()))
+    if isinstance(value, int | float | np.floating | np.integer):
+        return float(value)
+    raise TypeError(f"metric values must be numbers, got {type(value).__name__}")

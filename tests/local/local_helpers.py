@@ -1,0 +1,58 @@
+"""Shared helpers for the local engine's tests: datums and hand-written references."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tinker
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from tempering.local._hf import quiet_progress
+
+
+def sft_datum(tokens: Sequence[int], weights: Sequence[float] | None = None) -> tinker.Datum:
+    """Next-token datum over ``tokens``: inputs ``tokens[:-1]``, targets ``tokens[1:]``."""
+    tokens = list(tokens)
+    w = list(weights) if weights is not None else [1.0] * (len(tokens) - 1)
+    return tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": w},
+    )
+
+
+def rl_datum(tokens: Sequence[int], logprobs: Sequence[float], advantages: Sequence[float]) -> tinker.Datum:
+    tokens = list(tokens)
+    return tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "logprobs": np.asarray(logprobs, dtype=np.float32),
+            "advantages": np.asarray(advantages, dtype=np.float32),
+        },
+    )
+
+
+def random_tokens(rng: np.random.Generator, n: int, high: int = 256) -> list[int]:
+    return [int(t) for t in rng.integers(0, high, size=n)]
+
+
+def reference_model(model_dir: object) -> PreTrainedModel:
+    """A fresh copy of the model, loaded by transformers alone (the reference side)."""
+    with quiet_progress():
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def reference_logprobs(model: PreTrainedModel, inputs: Sequence[int], targets: torch.Tensor) -> torch.Tensor:
+    """``log p(targets[t] | inputs[: t + 1])`` for one datum, by a plain forward pass.
+
+    ``targets`` is ``[T]`` or ``[T, K]``; so is the result.
+    """
+    logits = model(input_ids=torch.tensor([list(inputs)])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    if targets.ndim == 1:
+        return logp.gather(1, targets.unsqueeze(1)).squeeze(1)
+    return logp.gather(1, targets)
