@@ -59,6 +59,11 @@ def service_client() -> ServiceClient:
         import tinker
 
         return tinker.ServiceClient()
-    from tempering.local import ServiceClient as LocalServiceClient
-
+    try:
+        from tempering.local import ServiceClient as LocalServiceClient
+    except ImportError as exc:
+        raise ImportError(
+            "TINKER_API_KEY is not set, and the local engine needs torch, transformers and peft: "
+            "pip install 'tempering[local]' (or set TINKER_API_KEY to use the hosted service)"
+        ) from exc
     return LocalServiceClient()

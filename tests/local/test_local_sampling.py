@@ -148,6 +148,7 @@ def test_stop_conditions(sampler: LocalSamplingClient) -> None:
     base = _sample(sampler, 1, max_tokens=12, temperature=0.0, stop=[]).sequences[0]
     assert base.stop_reason == "length"
     assert len(base.tokens) == 12
+    assert not set(base.tokens) & {257, 259}  # no end-of-sequence token: those stop too
     # A stop token: generation ends on its first occurrence, the token included.
     stop_token = base.tokens[5]
     first = base.tokens.index(stop_token)

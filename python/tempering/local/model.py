@@ -206,8 +206,10 @@ def inference_copy(model: nn.Module) -> nn.Module:
         embed = base.get_input_embeddings()
         inner = getattr(unembed, "base_layer", None)
         if isinstance(inner, nn.Linear) and isinstance(embed, nn.Embedding) and inner.weight is embed.weight:
-            # Untie so that merging the unembedding's adapter leaves the embedding alone.
+            # Untie (in this copy) so that merging the unembedding's adapter leaves the
+            # embedding alone; say so in the copy's config, as peft checks it.
             inner.weight = nn.Parameter(inner.weight.detach().clone(), requires_grad=False)
+            base.config.tie_word_embeddings = False
         merged = snapshot.merge_and_unload()
         if not isinstance(merged, nn.Module):
             raise TypeError("peft merge_and_unload did not return a module")

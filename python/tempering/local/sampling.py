@@ -11,6 +11,11 @@ nucleus, renormalised. At temperature 1 with no top-k/top-p that is the model's 
 which is what ``forward`` computes for the same tokens. At temperature 0 the token is the
 argmax and its logprob is the model's own (temperature 1) logprob.
 
+Stopping (``SamplingParams.stop``): ``None`` stops at the model's end-of-sequence tokens; a
+list of token ids or strings stops there too, and at the first of those (the stop token, or the
+token that completes a stop string, is the last one returned); ``[]`` never stops before
+``max_tokens``. ``stop_reason`` is ``"stop"`` or ``"length"``.
+
 Reproducibility: a request with a ``seed`` draws from its own ``torch.Generator``; run alone it
 gives the same tokens every time. Coalesced with others it draws the same random numbers, but
 float rounding in a bigger batch can differ in the last bits.
@@ -152,13 +157,15 @@ def _make_request(
     if stop is None:
         stop_ids = sampler.eos_ids
     elif isinstance(stop, str):
-        stop_ids, stop_strings = (), (stop,)
+        stop_ids, stop_strings = sampler.eos_ids, (stop,)
     else:
         items = list(stop)
-        if all(isinstance(s, str) for s in items):
-            stop_ids, stop_strings = (), tuple(str(s) for s in items)
+        if not items:
+            stop_ids = ()
+        elif all(isinstance(s, str) for s in items):
+            stop_ids, stop_strings = sampler.eos_ids, tuple(str(s) for s in items)
         elif all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-            stop_ids = tuple(int(s) for s in items)
+            stop_ids = tuple(dict.fromkeys((*(int(s) for s in items), *sampler.eos_ids)))
         else:
             raise ValueError("stop must be strings or token ids, not a mix")
     if any(s == "" for s in stop_strings):
