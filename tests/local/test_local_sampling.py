@@ -218,6 +218,25 @@ def test_concurrent_requests_are_coalesced_and_match_running_alone(sampler: Loca
             np.testing.assert_allclose(sa.logprobs or [], st.logprobs or [], atol=1e-4)
 
 
+def test_compute_logprobs_coalesced_with_sampling(sampler: LocalSamplingClient) -> None:
+    """max_tokens=0 requests (compute_logprobs) batched with decoding ones return no tokens."""
+    alone = sampler.compute_logprobs(PROMPT).result()
+    params = tinker.SamplingParams(max_tokens=5, seed=0, stop=[])
+    futures = [
+        sampler.sample(PROMPT, 2, params),
+        sampler.compute_logprobs(PROMPT),
+        sampler.sample(PROMPT, 3, params),
+    ]
+    first, logprobs, last = (f.result() for f in futures)
+    assert isinstance(first, tinker.SampleResponse)
+    assert isinstance(last, tinker.SampleResponse)
+    assert [len(s.tokens) for s in [*first.sequences, *last.sequences]] == [5] * 5
+    assert logprobs[0] is None
+    np.testing.assert_allclose(np.array(logprobs[1:]), np.array(alone[1:]), atol=1e-5)
+    zero = sampler.sample(PROMPT, 2, tinker.SamplingParams(max_tokens=0)).result()
+    assert [s.tokens for s in zero.sequences] == [[], []]
+
+
 def test_num_samples_share_the_prompt(sampler: LocalSamplingClient) -> None:
     response = _sample(sampler, 16, max_tokens=4, seed=9, stop=[])
     assert len(response.sequences) == 16

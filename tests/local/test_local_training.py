@@ -279,6 +279,8 @@ def test_checkpoint_paths_survive_a_process_restart(service: ServiceClient, loca
 def test_checkpoint_errors(service: ServiceClient, tmp_path: Path) -> None:
     with pytest.raises(CheckpointNotFoundError, match="no checkpoint"):
         service.create_training_client_from_state("tempering://run-nope/weights/x").result()
+    with pytest.raises(CheckpointNotFoundError, match="not a checkpoint path"):
+        service.create_training_client_from_state("tempering://../weights/x").result()
     with pytest.raises(CheckpointNotFoundError, match="tinker://"):
         service.create_sampling_client(model_path="tinker://abc/weights/x").result()
     with pytest.raises(CheckpointNotFoundError):

@@ -186,7 +186,12 @@ class CheckpointStore:
         """The directory of the checkpoint at ``path`` (a ``tempering://`` path or a directory)."""
         if path.startswith(SCHEME):
             parts = path[len(SCHEME) :].split("/")
-            if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights") or not all(parts):
+            if (
+                len(parts) != 3
+                or parts[1] not in ("weights", "sampler_weights")
+                or not all(parts)
+                or any(part in (".", "..") or "\\" in part for part in parts)
+            ):
                 raise CheckpointNotFoundError(
                     f"{path!r} is not a checkpoint path: expected "
                     f"{SCHEME}<run_id>/weights/<name> or {SCHEME}<run_id>/sampler_weights/<name>"

@@ -255,17 +255,23 @@ class _Decoder:
             last_logits.append(logits[-1])
             prompt_lps.append(_prompt_logprobs(req.prompt, logits) if req.prompt_logprobs else None)
 
-        counts = [r.num_samples for r in requests]
+        # Only requests with max_tokens > 0 decode (compute_logprobs asks for none).
+        decoding = [i for i, r in enumerate(requests) if r.max_tokens > 0]
+        live = [requests[i] for i in decoding]
+        counts = [r.num_samples for r in live]
         N = sum(counts)
-        max_new = max(r.max_tokens for r in requests)
-        tokens_N_T = torch.zeros((N, max(max_new, 1)), dtype=torch.long, device=device)
-        logprobs_N_T = torch.zeros((N, max(max_new, 1)), dtype=torch.float32, device=device)
+        max_new = max((r.max_tokens for r in live), default=0)
+        tokens_N_T = torch.zeros((N, max_new), dtype=torch.long, device=device)
+        logprobs_N_T = torch.zeros((N, max_new), dtype=torch.float32, device=device)
         lengths_N = np.zeros(N, dtype=np.int64)
         stopped_N = np.zeros(N, dtype=bool)  # True: stop reason "stop"; else "length"
-
-        req_N = np.repeat(np.arange(len(requests)), counts)
-        if max_new > 0:
-            self._decode(caches, last_logits, req_N, tokens_N_T, logprobs_N_T, lengths_N, stopped_N)
+        if live:
+            req_N = np.repeat(np.arange(len(live)), counts)
+            caches_live = [caches[i] for i in decoding]
+            logits_live = [last_logits[i] for i in decoding]
+            self._decode(
+                live, caches_live, logits_live, req_N, tokens_N_T, logprobs_N_T, lengths_N, stopped_N
+            )
 
         tokens_np = tokens_N_T.cpu().numpy()
         logprobs_np = logprobs_N_T.cpu().numpy()
@@ -275,21 +281,23 @@ class _Decoder:
             sequences: list[ttypes.SampledSequence] = []
             batch_id = uuid.uuid4().hex[:12]
             for i in range(req.num_samples):
-                n = lengths_N[row]
+                n = int(lengths_N[row]) if req.max_tokens > 0 else 0
                 sequences.append(
                     ttypes.SampledSequence(
-                        stop_reason="stop" if stopped_N[row] else "length",
+                        stop_reason="stop" if req.max_tokens > 0 and stopped_N[row] else "length",
                         sequence_id=f"local-{batch_id}-{i}",
-                        tokens_np=tokens_np[row, :n].astype(np.int32),
-                        logprobs_np=logprobs_np[row, :n].astype(np.float32),
+                        tokens_np=tokens_np[row, :n].astype(np.int32) if n else np.zeros(0, np.int32),
+                        logprobs_np=logprobs_np[row, :n].astype(np.float32) if n else np.zeros(0, np.float32),
                     )
                 )
-                row += 1
+                if req.max_tokens > 0:
+                    row += 1
             responses.append(ttypes.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_lp))
         return responses
 
     def _decode(
         self,
+        requests: list[_Request],
         caches: list[DynamicCache],
         last_logits: list[torch.Tensor],
         req_N: np.ndarray,
@@ -298,7 +306,7 @@ class _Decoder:
         lengths_N: np.ndarray,
         stopped_N: np.ndarray,
     ) -> None:
-        sampler, requests = self.sampler, self.requests
+        sampler = self.sampler
         model, device = sampler.model, sampler.placement.device
         R = len(requests)
         N = len(req_N)
@@ -339,11 +347,10 @@ class _Decoder:
             [requests[i].top_p if requests[i].top_p < 1 else 2.0 for i in req_N], device=device
         ).unsqueeze(1)
         stop_width = max((len(r.stop_ids) for r in requests), default=0)
-        stop_N_S = torch.full((N, max(stop_width, 1)), -1, dtype=torch.long, device=device)
-        for n, i in enumerate(req_N):
-            ids = requests[i].stop_ids
-            if ids:
-                stop_N_S[n, : len(ids)] = torch.tensor(ids, device=device)
+        stop_R_S = np.full((R, max(stop_width, 1)), -1, dtype=np.int64)
+        for r, req in enumerate(requests):
+            stop_R_S[r, : len(req.stop_ids)] = req.stop_ids
+        stop_N_S = torch.from_numpy(stop_R_S[req_N]).to(device)
         max_tokens_N = torch.tensor([requests[i].max_tokens for i in req_N], device=device)
         windows = [max((len(s) for s in r.stop_strings), default=0) + 4 for r in requests]
         has_strings = any(r.stop_strings for r in requests)
@@ -397,7 +404,9 @@ class _Decoder:
             # 3. Which rows stop here.
             hit_stop = (nxt.unsqueeze(1) == stop_N_S).any(dim=1)
             if has_strings:
-                hit_stop = hit_stop | self._stop_strings_hit(active_np, t, tokens_N_T, windows, req_N)
+                hit_stop = hit_stop | self._stop_strings_hit(
+                    requests, active_np, t, tokens_N_T, windows, req_N
+                )
             at_limit = max_tokens_N <= t + 1
             done = hit_stop | at_limit
             done_np = done.cpu().numpy()
@@ -434,6 +443,7 @@ class _Decoder:
 
     def _stop_strings_hit(
         self,
+        requests: list[_Request],
         active_np: np.ndarray,
         t: int,
         tokens_N_T: torch.Tensor,
@@ -443,7 +453,7 @@ class _Decoder:
         """Whether each active row's text now contains one of its stop strings (checked on the
         last few tokens: a stop string of ``c`` characters spans at most ``c`` tokens)."""
         hit = np.zeros(len(active_np), dtype=bool)
-        check = [a for a, n in enumerate(active_np) if self.requests[req_N[n]].stop_strings]
+        check = [a for a, n in enumerate(active_np) if requests[req_N[n]].stop_strings]
         if check:
             rows = active_np[check]
             width = max(windows[req_N[n]] for n in rows)
@@ -451,7 +461,7 @@ class _Decoder:
             window = tokens_N_T[torch.from_numpy(rows).to(tokens_N_T.device), lo : t + 1].cpu().tolist()
             texts = self.sampler.tokenizer.batch_decode(window)
             for a, n, text in zip(check, rows, texts, strict=True):
-                if any(s in text for s in self.requests[req_N[n]].stop_strings):
+                if any(s in text for s in requests[req_N[n]].stop_strings):
                     hit[a] = True
         return torch.from_numpy(hit).to(tokens_N_T.device)
 
