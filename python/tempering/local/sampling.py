@@ -329,40 +329,39 @@ class _Decoder:
             positions = torch.tensor(prompt_lengths, device=device).index_select(0, rows_R)
         logits = torch.stack(last_logits).index_select(0, rows_R)  # [N, V]
 
-        # Per-row parameters, as columns [A, 1] over the active rows A.
-        temps = [r.temperature for r in requests]
-        greedy_N = torch.tensor([temps[i] == 0 for i in req_N], device=device)
-        any_greedy = bool(greedy_N.any())
-        all_greedy = bool(greedy_N.all())
-        uniform_temp = len(set(temps)) == 1
-        temp_col = torch.tensor([temps[i] if temps[i] > 0 else 1.0 for i in req_N], device=device).unsqueeze(
-            1
-        )
-        use_top_k = any(r.top_k > 0 for r in requests)
-        top_k_col = torch.tensor(
-            [requests[i].top_k if requests[i].top_k > 0 else sampler.vocab_size for i in req_N], device=device
-        ).unsqueeze(1)
-        use_top_p = any(r.top_p < 1 for r in requests)
-        top_p_col = torch.tensor(
-            [requests[i].top_p if requests[i].top_p < 1 else 2.0 for i in req_N], device=device
-        ).unsqueeze(1)
-        stop_width = max((len(r.stop_ids) for r in requests), default=0)
-        stop_R_S = np.full((R, max(stop_width, 1)), -1, dtype=np.int64)
+        # Per-row parameters, as columns [A, 1] over the active rows A (per request: _R).
+        vocab_size = logits.shape[-1]
+        temp_R = np.array([r.temperature for r in requests], dtype=np.float32)
+        top_k_R = np.array([r.top_k if r.top_k > 0 else vocab_size for r in requests], dtype=np.int64)
+        top_p_R = np.array([r.top_p if r.top_p < 1 else 2.0 for r in requests], dtype=np.float32)
+        stop_R_S = np.full((R, max(max(len(r.stop_ids) for r in requests), 1)), -1, dtype=np.int64)
         for r, req in enumerate(requests):
             stop_R_S[r, : len(req.stop_ids)] = req.stop_ids
-        stop_N_S = torch.from_numpy(stop_R_S[req_N]).to(device)
-        max_tokens_N = torch.tensor([requests[i].max_tokens for i in req_N], device=device)
+
+        def rows(values_R: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(values_R[req_N])).to(device)
+
+        greedy_N = rows(temp_R == 0)
+        any_greedy, all_greedy = bool((temp_R == 0).any()), bool((temp_R == 0).all())
+        uniform_temp = bool((temp_R == temp_R[0]).all())
+        temp_col = rows(np.where(temp_R > 0, temp_R, 1.0).astype(np.float32)).unsqueeze(1)
+        use_top_k = bool((top_k_R < vocab_size).any())
+        top_k_col = rows(top_k_R).unsqueeze(1)
+        use_top_p = bool((top_p_R < 1).any())
+        top_p_col = rows(top_p_R).unsqueeze(1)
+        stop_N_S = rows(stop_R_S)
+        max_tokens_N = rows(np.array([r.max_tokens for r in requests], dtype=np.int64))
         windows = [max((len(s) for s in r.stop_strings), default=0) + 4 for r in requests]
         has_strings = any(r.stop_strings for r in requests)
         generators = [torch.Generator(device=device).manual_seed(r.seed) for r in requests]
 
         active = torch.arange(N, device=device)  # row index of each active row
         active_np = np.arange(N)
-        vocab = torch.arange(logits.shape[-1], device=device)
+        vocab = torch.arange(vocab_size, device=device)
         for t in range(tokens_N_T.shape[1]):
             # 1. The distribution each active row samples from.
             raw = logits
-            scaled = raw if uniform_temp and temps[0] in (0.0, 1.0) else raw / temp_col
+            scaled = raw if uniform_temp and temp_R[0] in (0.0, 1.0) else raw / temp_col
             if use_top_k or use_top_p:
                 sorted_vals, sorted_idx = scaled.sort(dim=-1, descending=True)
                 if use_top_k:
