@@ -17,17 +17,18 @@ __all__ = [
     "InternalError",
     "PackedRL",
     "PackedSupervised",
-    "group_advantages",
-    "constant_groups",
-    "validate_offsets",
-    "total_rewards",
-    "pack_trajectories",
-    "pack_examples",
-    "kl_penalty",
-    "_alloc_stats",
-    "_reset_alloc_peak",
-    "_panic_for_test",
     "__version__",
+    "_alloc_stats",
+    "_panic_for_test",
+    "_release_memory",
+    "_reset_alloc_peak",
+    "constant_groups",
+    "group_advantages",
+    "kl_penalty",
+    "pack_examples",
+    "pack_trajectories",
+    "total_rewards",
+    "validate_offsets",
 ]
 
 __version__: str
@@ -143,6 +144,9 @@ def _alloc_stats() -> tuple[int, int]:
 
 def _reset_alloc_peak() -> None:
     """Start a new peak measurement from the current level."""
+
+def _release_memory() -> int:
+    """Return the freed large blocks kept for reuse (at most 256 MiB) to the system; bytes released."""
 
 def _panic_for_test(message: str) -> None:
     """Panic inside the compute (GIL released); must surface as ``InternalError``."""

@@ -103,21 +103,20 @@ def build_datums(
     the datums share memory with the buffers, which must not be modified afterwards.
     """
     offs: list[int] = offsets_D1.tolist()
-    names = list(loss_fn_inputs_N)
-    columns = [loss_fn_inputs_N[k] for k in names]
+    pairs = tuple(loss_fn_inputs_N.items())
     from_numpy = TensorData.from_numpy
     Datum = tinker.Datum
     data_D: list[tinker.Datum] = []
     if not opaque_chunks_K:
-        tokens: list[int] = tokens_N.tolist()
+        # The hot loop: per datum, one list of input tokens and a view per loss input.
         ModelInput_construct = tinker.ModelInput.model_construct
         Chunk_construct = EncodedTextChunk.model_construct
         for d in range(len(offs) - 1):
             a, b = offs[d], offs[d + 1]
             data_D.append(
                 Datum(
-                    model_input=ModelInput_construct(chunks=[Chunk_construct(tokens=tokens[a:b])]),
-                    loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in zip(names, columns, strict=True)},
+                    model_input=ModelInput_construct(chunks=[Chunk_construct(tokens=tokens_N[a:b].tolist())]),
+                    loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in pairs},
                 )
             )
         return data_D
@@ -134,10 +133,7 @@ def build_datums(
             tokens_N[a:b], pos_K[ka:kb], len_K[ka:kb], opaque_chunks_K[ka:kb]
         )
         data_D.append(
-            Datum(
-                model_input=model_input,
-                loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in zip(names, columns, strict=True)},
-            )
+            Datum(model_input=model_input, loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in pairs})
         )
     return data_D
 

@@ -24,9 +24,9 @@ impl Baseline {
         match name {
             "mean" => Ok(Self::Mean),
             "loo" | "leave_one_out" | "rloo" => Ok(Self::LeaveOneOut),
-            other => Err(DataError::InvalidArgument(format!(
-                "unknown baseline {other:?}: expected \"mean\" or \"loo\""
-            ))),
+            other => {
+                Err(DataError::InvalidArgument(format!("unknown baseline {other:?}: expected \"mean\" or \"loo\"")))
+            }
         }
     }
 }
@@ -42,11 +42,7 @@ pub struct AdvantageOptions {
 
 impl Default for AdvantageOptions {
     fn default() -> Self {
-        Self {
-            baseline: Baseline::Mean,
-            normalize_std: false,
-            eps: 1e-6,
-        }
+        Self { baseline: Baseline::Mean, normalize_std: false, eps: 1e-6 }
     }
 }
 
@@ -59,11 +55,7 @@ pub fn validate_rewards(rewards_pg: &[f64], offsets_p1: &[usize]) -> Result<(), 
         }
         for (g, &r) in rewards_pg[w[0]..w[1]].iter().enumerate() {
             if !r.is_finite() {
-                return Err(DataError::NonFiniteReward {
-                    group: p,
-                    member: g,
-                    value: r,
-                });
+                return Err(DataError::NonFiniteReward { group: p, member: g, value: r });
             }
         }
     }
@@ -123,16 +115,8 @@ pub fn total_rewards(
     final_rewards_PG: &[f64],
     member_offsets_P1: &[usize],
 ) -> Result<Vec<f64>, DataError> {
-    validate_offsets(
-        "member_offsets_P1",
-        member_offsets_P1,
-        final_rewards_PG.len(),
-    )?;
-    validate_offsets(
-        "transition_offsets_PG1",
-        transition_offsets_PG1,
-        step_rewards_X.len(),
-    )?;
+    validate_offsets("member_offsets_P1", member_offsets_P1, final_rewards_PG.len())?;
+    validate_offsets("transition_offsets_PG1", transition_offsets_PG1, step_rewards_X.len())?;
     if transition_offsets_PG1.len() != final_rewards_PG.len() + 1 {
         return Err(DataError::LengthMismatch {
             what: "transition_offsets_PG1 (one entry per trajectory, plus one)".into(),
@@ -150,19 +134,13 @@ pub fn total_rewards(
             let xs = transition_offsets_PG1[pg]..transition_offsets_PG1[pg + 1];
             for (x, &r) in step_rewards_X[xs].iter().enumerate() {
                 if !r.is_finite() {
-                    return Err(DataError::at(
-                        Location::transition(p, g, x),
-                        format!("reward is not finite ({r})"),
-                    ));
+                    return Err(DataError::at(Location::transition(p, g, x), format!("reward is not finite ({r})")));
                 }
                 total += r;
             }
             let f = final_rewards_PG[pg];
             if !f.is_finite() {
-                return Err(DataError::at(
-                    Location::member(p, g),
-                    format!("final reward is not finite ({f})"),
-                ));
+                return Err(DataError::at(Location::member(p, g), format!("final reward is not finite ({f})")));
             }
             out.push(total + f);
         }
@@ -193,12 +171,8 @@ mod tests {
 
     #[test]
     fn centers_each_group() {
-        let adv = group_advantages(
-            &[1.0, 0.0, 0.0, 1.0, 2.0, 6.0],
-            &[0, 2, 3, 6],
-            AdvantageOptions::default(),
-        )
-        .unwrap();
+        let adv =
+            group_advantages(&[1.0, 0.0, 0.0, 1.0, 2.0, 6.0], &[0, 2, 3, 6], AdvantageOptions::default()).unwrap();
         assert!(close(&adv, &[0.5, -0.5, 0.0, -2.0, -1.0, 3.0]), "{adv:?}");
     }
 
@@ -214,85 +188,42 @@ mod tests {
 
     #[test]
     fn leave_one_out_uses_the_others() {
-        let opts = AdvantageOptions {
-            baseline: Baseline::LeaveOneOut,
-            ..Default::default()
-        };
+        let opts = AdvantageOptions { baseline: Baseline::LeaveOneOut, ..Default::default() };
         let adv = group_advantages(&[1.0, 2.0, 6.0, 7.0], &[0, 3, 4], opts).unwrap();
-        assert!(
-            close(&adv, &[1.0 - 4.0, 2.0 - 3.5, 6.0 - 1.5, 0.0]),
-            "{adv:?}"
-        );
+        assert!(close(&adv, &[1.0 - 4.0, 2.0 - 3.5, 6.0 - 1.5, 0.0]), "{adv:?}");
     }
 
     #[test]
     fn std_normalization_gives_unit_scale() {
-        let opts = AdvantageOptions {
-            normalize_std: true,
-            eps: 0.0,
-            ..Default::default()
-        };
+        let opts = AdvantageOptions { normalize_std: true, eps: 0.0, ..Default::default() };
         let adv = group_advantages(&[0.0, 2.0], &[0, 2], opts).unwrap();
         assert!(close(&adv, &[-1.0, 1.0]), "{adv:?}");
         // A constant group has zero advantages, never NaN, with the default eps.
-        let adv = group_advantages(
-            &[3.0, 3.0],
-            &[0, 2],
-            AdvantageOptions {
-                normalize_std: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let adv =
+            group_advantages(&[3.0, 3.0], &[0, 2], AdvantageOptions { normalize_std: true, ..Default::default() })
+                .unwrap();
         assert_eq!(adv, vec![0.0, 0.0]);
     }
 
     #[test]
     fn rejects_bad_input_with_location() {
-        let err = group_advantages(&[1.0, f64::NAN], &[0, 1, 2], AdvantageOptions::default())
-            .unwrap_err();
-        assert!(
-            matches!(err, DataError::NonFiniteReward { group: 1, member: 0, value } if value.is_nan())
-        );
+        let err = group_advantages(&[1.0, f64::NAN], &[0, 1, 2], AdvantageOptions::default()).unwrap_err();
+        assert!(matches!(err, DataError::NonFiniteReward { group: 1, member: 0, value } if value.is_nan()));
         assert!(err.to_string().contains("problem 1, member 0"));
         let err = group_advantages(&[1.0], &[0, 0, 1], AdvantageOptions::default()).unwrap_err();
         assert_eq!(err, DataError::EmptyGroup { group: 0 });
-        assert!(Baseline::parse("median")
-            .unwrap_err()
-            .to_string()
-            .contains("median"));
+        assert!(Baseline::parse("median").unwrap_err().to_string().contains("median"));
     }
 
     #[test]
     fn total_rewards_sum_steps_then_final() {
-        let t = total_rewards(
-            &[1.0, 2.0, 0.5],
-            &[0, 2, 2, 3],
-            &[10.0, 0.0, -1.0],
-            &[0, 2, 3],
-        )
-        .unwrap();
+        let t = total_rewards(&[1.0, 2.0, 0.5], &[0, 2, 2, 3], &[10.0, 0.0, -1.0], &[0, 2, 3]).unwrap();
         assert_eq!(t, vec![13.0, 0.0, -0.5]);
-        let e = total_rewards(
-            &[1.0, f64::NAN, 0.5],
-            &[0, 2, 2, 3],
-            &[10.0, 0.0, -1.0],
-            &[0, 2, 3],
-        )
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "problem 0, member 0, transition 1: reward is not finite (NaN)"
-        );
+        let e = total_rewards(&[1.0, f64::NAN, 0.5], &[0, 2, 2, 3], &[10.0, 0.0, -1.0], &[0, 2, 3]).unwrap_err();
+        assert_eq!(e.to_string(), "problem 0, member 0, transition 1: reward is not finite (NaN)");
         let e = total_rewards(&[], &[0, 0], &[f64::INFINITY], &[0, 1]).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "problem 0, member 0: final reward is not finite (inf)"
-        );
-        assert_eq!(
-            total_rewards(&[], &[0], &[], &[0, 0]).unwrap_err(),
-            DataError::EmptyGroup { group: 0 }
-        );
+        assert_eq!(e.to_string(), "problem 0, member 0: final reward is not finite (inf)");
+        assert_eq!(total_rewards(&[], &[0], &[], &[0, 0]).unwrap_err(), DataError::EmptyGroup { group: 0 });
     }
 
     #[test]

@@ -58,6 +58,14 @@ impl<'a> Tokens<'a> {
         }
     }
 
+    /// Append to `dst`, widening to `i64`.
+    pub fn extend_into(&self, dst: &mut Vec<i64>) {
+        match self {
+            Self::I64(s) => dst.extend_from_slice(s),
+            Self::I32(s) => dst.extend(s.iter().map(|&v| i64::from(v))),
+        }
+    }
+
     /// Whether two runs of the same length hold the same tokens.
     pub fn same_as(&self, other: &Tokens<'_>) -> bool {
         match (self, other) {
@@ -108,6 +116,14 @@ impl Floats<'_> {
         }
     }
 
+    /// Append `self[start..start + n]` to `dst`, rounding to `f32` (round to nearest).
+    pub fn extend_f32(&self, start: usize, n: usize, dst: &mut Vec<f32>) {
+        match self {
+            Self::F32(s) => dst.extend_from_slice(&s[start..start + n]),
+            Self::F64(s) => dst.extend(s[start..start + n].iter().map(|&v| v as f32)),
+        }
+    }
+
     /// Copy `self[start..start + dst.len()]` into `dst`, rounding to `f32` (round to nearest).
     pub fn copy_range_to_f32(&self, start: usize, dst: &mut [f32]) {
         let end = start + dst.len();
@@ -129,11 +145,7 @@ pub enum Chunk<'a> {
     Tokens(Tokens<'a>),
     /// A non-token chunk of `len` positions. Equal to another opaque chunk exactly when the
     /// `class` is the same; `handle` identifies the original object for the caller.
-    Opaque {
-        class: u64,
-        len: usize,
-        handle: usize,
-    },
+    Opaque { class: u64, len: usize, handle: usize },
 }
 
 impl Chunk<'_> {
@@ -158,11 +170,7 @@ pub fn total_len(chunks: &[Chunk<'_>]) -> usize {
 /// Whether the last non-empty chunk is opaque (a sequence ending there cannot drop its last
 /// position to make a model input).
 pub fn ends_with_opaque(chunks: &[Chunk<'_>]) -> Option<bool> {
-    chunks
-        .iter()
-        .rev()
-        .find(|c| !c.is_empty())
-        .map(|c| matches!(c, Chunk::Opaque { .. }))
+    chunks.iter().rev().find(|c| !c.is_empty()).map(|c| matches!(c, Chunk::Opaque { .. }))
 }
 
 /// Is `prefix` (a list of chunks followed by a run of tokens) a prefix of `full`, position by
@@ -172,25 +180,12 @@ pub fn ends_with_opaque(chunks: &[Chunk<'_>]) -> Option<bool> {
 /// Work is `O(prefix length + number of chunks)`: each position of the prefix is compared at
 /// most once, and the comparison stops at the first difference. `compared` is increased by
 /// the number of token positions compared (for tests that pin the complexity).
-pub fn is_prefix(
-    prefix: &[Chunk<'_>],
-    tail: Tokens<'_>,
-    full: &[Chunk<'_>],
-    compared: &mut usize,
-) -> bool {
+pub fn is_prefix(prefix: &[Chunk<'_>], tail: Tokens<'_>, full: &[Chunk<'_>], compared: &mut usize) -> bool {
     if total_len(prefix) + tail.len() > total_len(full) {
         return false;
     }
-    let mut cursor = Cursor {
-        chunks: full,
-        idx: 0,
-        off: 0,
-    };
-    for c in prefix
-        .iter()
-        .copied()
-        .chain(std::iter::once(Chunk::Tokens(tail)))
-    {
+    let mut cursor = Cursor { chunks: full, idx: 0, off: 0 };
+    for c in prefix.iter().copied().chain(std::iter::once(Chunk::Tokens(tail))) {
         let ok = match c {
             Chunk::Tokens(t) => cursor.match_tokens(t, compared),
             Chunk::Opaque { class, len, .. } => len == 0 || cursor.match_opaque(class, len),
@@ -239,9 +234,7 @@ impl Cursor<'_, '_> {
     fn match_opaque(&mut self, class: u64, len: usize) -> bool {
         self.settle();
         match self.chunks.get(self.idx) {
-            Some(&Chunk::Opaque {
-                class: c, len: l, ..
-            }) if self.off == 0 && c == class && l == len => {
+            Some(&Chunk::Opaque { class: c, len: l, .. }) if self.off == 0 && c == class && l == len => {
                 self.off = len;
                 true
             }
@@ -255,11 +248,7 @@ mod tests {
     use super::*;
 
     fn img(class: u64, len: usize) -> Chunk<'static> {
-        Chunk::Opaque {
-            class,
-            len,
-            handle: 0,
-        }
+        Chunk::Opaque { class, len, handle: 0 }
     }
 
     #[test]
@@ -282,10 +271,7 @@ mod tests {
     fn prefix_across_chunk_boundaries() {
         let mut n = 0;
         let full_a = [1i64, 2, 3, 4];
-        let full = [
-            Chunk::Tokens(Tokens::I64(&full_a[..1])),
-            Chunk::Tokens(Tokens::I64(&full_a[1..])),
-        ];
+        let full = [Chunk::Tokens(Tokens::I64(&full_a[..1])), Chunk::Tokens(Tokens::I64(&full_a[1..]))];
         let p = [Chunk::Tokens(Tokens::I64(&[1, 2]))];
         assert!(is_prefix(&p, Tokens::I32(&[3]), &full, &mut n));
         assert!(is_prefix(&p, Tokens::I32(&[3, 4]), &full, &mut n));
@@ -298,57 +284,19 @@ mod tests {
     fn opaque_chunks_match_by_class_at_the_same_position() {
         let mut n = 0;
         let t = [7i64, 8];
-        let full = [
-            Chunk::Tokens(Tokens::I64(&t[..1])),
-            img(5, 3),
-            Chunk::Tokens(Tokens::I64(&t[1..])),
-        ];
-        assert!(is_prefix(
-            &[Chunk::Tokens(Tokens::I64(&[7])), img(5, 3)],
-            Tokens::I64(&[8]),
-            &full,
-            &mut n
-        ));
+        let full = [Chunk::Tokens(Tokens::I64(&t[..1])), img(5, 3), Chunk::Tokens(Tokens::I64(&t[1..]))];
+        assert!(is_prefix(&[Chunk::Tokens(Tokens::I64(&[7])), img(5, 3)], Tokens::I64(&[8]), &full, &mut n));
         // Other class, other length, other position: no match.
-        assert!(!is_prefix(
-            &[Chunk::Tokens(Tokens::I64(&[7])), img(6, 3)],
-            Tokens::EMPTY,
-            &full,
-            &mut n
-        ));
-        assert!(!is_prefix(
-            &[Chunk::Tokens(Tokens::I64(&[7])), img(5, 2)],
-            Tokens::EMPTY,
-            &full,
-            &mut n
-        ));
+        assert!(!is_prefix(&[Chunk::Tokens(Tokens::I64(&[7])), img(6, 3)], Tokens::EMPTY, &full, &mut n));
+        assert!(!is_prefix(&[Chunk::Tokens(Tokens::I64(&[7])), img(5, 2)], Tokens::EMPTY, &full, &mut n));
         assert!(!is_prefix(&[img(5, 3)], Tokens::EMPTY, &full, &mut n));
         // Tokens where the full sequence has an image, and the other way round.
-        assert!(!is_prefix(
-            &[Chunk::Tokens(Tokens::I64(&[7, 0]))],
-            Tokens::EMPTY,
-            &full,
-            &mut n
-        ));
+        assert!(!is_prefix(&[Chunk::Tokens(Tokens::I64(&[7, 0]))], Tokens::EMPTY, &full, &mut n));
         let full2 = [Chunk::Tokens(Tokens::I64(&[7, 0, 0, 0]))];
-        assert!(!is_prefix(
-            &[Chunk::Tokens(Tokens::I64(&[7])), img(5, 3)],
-            Tokens::EMPTY,
-            &full2,
-            &mut n
-        ));
+        assert!(!is_prefix(&[Chunk::Tokens(Tokens::I64(&[7])), img(5, 3)], Tokens::EMPTY, &full2, &mut n));
         // Empty chunks are ignored on both sides.
-        let full3 = [
-            Chunk::Tokens(Tokens::EMPTY),
-            img(5, 3),
-            Chunk::Tokens(Tokens::EMPTY),
-        ];
-        assert!(is_prefix(
-            &[Chunk::Tokens(Tokens::EMPTY), img(5, 3)],
-            Tokens::EMPTY,
-            &full3,
-            &mut n
-        ));
+        let full3 = [Chunk::Tokens(Tokens::EMPTY), img(5, 3), Chunk::Tokens(Tokens::EMPTY)];
+        assert!(is_prefix(&[Chunk::Tokens(Tokens::EMPTY), img(5, 3)], Tokens::EMPTY, &full3, &mut n));
         assert_eq!(ends_with_opaque(&full3), Some(true));
         assert_eq!(ends_with_opaque(&full), Some(false));
         assert_eq!(ends_with_opaque(&[]), None);

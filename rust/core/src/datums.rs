@@ -121,11 +121,7 @@ struct Plan {
 pub fn validate(input: &TrajectoriesIn<'_>) -> Result<(), DataError> {
     let n_traj = input.advantages_PG.len();
     validate_offsets("member_offsets_P1", input.member_offsets_P1, n_traj)?;
-    validate_offsets(
-        "transition_offsets_PG1",
-        input.transition_offsets_PG1,
-        input.transitions_X.len(),
-    )?;
+    validate_offsets("transition_offsets_PG1", input.transition_offsets_PG1, input.transitions_X.len())?;
     if input.transition_offsets_PG1.len() != n_traj + 1 {
         return Err(DataError::LengthMismatch {
             what: "transition_offsets_PG1 (one entry per trajectory, plus one)".into(),
@@ -140,10 +136,7 @@ pub fn validate(input: &TrajectoriesIn<'_>) -> Result<(), DataError> {
         for (g, pg) in (w[0]..w[1]).enumerate() {
             let adv = input.advantages_PG[pg];
             if !adv.is_finite() {
-                return Err(DataError::at(
-                    Location::member(p, g),
-                    format!("advantage is not finite ({adv})"),
-                ));
+                return Err(DataError::at(Location::member(p, g), format!("advantage is not finite ({adv})")));
             }
             let xs = input.transition_offsets_PG1[pg]..input.transition_offsets_PG1[pg + 1];
             for (x, tr) in input.transitions_X[xs].iter().enumerate() {
@@ -162,10 +155,7 @@ pub fn validate(input: &TrajectoriesIn<'_>) -> Result<(), DataError> {
                 if let Some(t) = tr.ac_logprobs.first_non_finite() {
                     return Err(DataError::at(
                         loc.at(t),
-                        format!(
-                            "sampled logprob of the action is not finite ({})",
-                            tr.ac_logprobs.get(t)
-                        ),
+                        format!("sampled logprob of the action is not finite ({})", tr.ac_logprobs.get(t)),
                     ));
                 }
             }
@@ -176,19 +166,10 @@ pub fn validate(input: &TrajectoriesIn<'_>) -> Result<(), DataError> {
 
 fn plan(input: &TrajectoriesIn<'_>) -> Result<Plan, DataError> {
     let xs = input.transitions_X;
-    let mut out = Plan {
-        datums: Vec::new(),
-        skip_X: vec![0; xs.len()],
-        n_positions: 0,
-        n_opaque: 0,
-        compared: 0,
-    };
+    let mut out = Plan { datums: Vec::new(), skip_X: vec![0; xs.len()], n_positions: 0, n_opaque: 0, compared: 0 };
     for (p, w) in input.member_offsets_P1.windows(2).enumerate() {
         for (g, pg) in (w[0]..w[1]).enumerate() {
-            let (start, end) = (
-                input.transition_offsets_PG1[pg],
-                input.transition_offsets_PG1[pg + 1],
-            );
+            let (start, end) = (input.transition_offsets_PG1[pg], input.transition_offsets_PG1[pg + 1]);
             // The sequence in progress: transitions `first..x`, `len` positions.
             let mut first = start;
             let mut len = 0usize;
@@ -204,13 +185,7 @@ fn plan(input: &TrajectoriesIn<'_>) -> Result<Plan, DataError> {
                 let skip = if extends {
                     len
                 } else {
-                    let d = DatumPlan {
-                        problem: p,
-                        member: g,
-                        first,
-                        end: x,
-                        len,
-                    };
+                    let d = DatumPlan { problem: p, member: g, first, end: x, len };
                     finish(&mut out, d, x - 1 - start, last_opaque, n_opaque)?;
                     first = x;
                     len = 0;
@@ -227,20 +202,8 @@ fn plan(input: &TrajectoriesIn<'_>) -> Result<Plan, DataError> {
                 }
                 len += ob_len - skip + tr.ac_tokens.len();
             }
-            let d = DatumPlan {
-                problem: p,
-                member: g,
-                first,
-                end,
-                len,
-            };
-            finish(
-                &mut out,
-                d,
-                end.saturating_sub(start + 1),
-                last_opaque,
-                n_opaque,
-            )?;
+            let d = DatumPlan { problem: p, member: g, first, end, len };
+            finish(&mut out, d, end.saturating_sub(start + 1), last_opaque, n_opaque)?;
         }
     }
     Ok(out)
@@ -261,13 +224,7 @@ fn count_opaque_from(chunks: &[Chunk<'_>], skip: usize) -> usize {
 
 /// Close a datum. `last_x` is the index within its trajectory of its last transition (for
 /// error messages).
-fn finish(
-    out: &mut Plan,
-    d: DatumPlan,
-    last_x: usize,
-    last_opaque: bool,
-    n_opaque: usize,
-) -> Result<(), DataError> {
+fn finish(out: &mut Plan, d: DatumPlan, last_x: usize, last_opaque: bool, n_opaque: usize) -> Result<(), DataError> {
     if d.len == 0 {
         return Ok(());
     }
@@ -301,12 +258,14 @@ pub fn pack_trajectories(input: &TrajectoriesIn<'_>) -> Result<PackedRl, DataErr
 fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
     let n = plan.n_positions;
     let n_d = plan.datums.len();
+    // Exact capacities: every value below is written once, by appending; nothing is
+    // zero-filled first and no buffer ever grows.
     let mut out = PackedRl {
-        tokens_N: vec![0; n],
-        target_tokens_N: vec![0; n],
-        logprobs_N: vec![0.0; n],
-        advantages_N: vec![0.0; n],
-        mask_N: vec![0.0; n],
+        tokens_N: Vec::with_capacity(n),
+        target_tokens_N: Vec::with_capacity(n),
+        logprobs_N: Vec::with_capacity(n),
+        advantages_N: Vec::with_capacity(n),
+        mask_N: Vec::with_capacity(n),
         offsets_D1: Vec::with_capacity(n_d + 1),
         group_idx_D: Vec::with_capacity(n_d),
         traj_idx_D: Vec::with_capacity(n_d),
@@ -320,24 +279,14 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
     };
     out.offsets_D1.push(0);
     out.opaque.offsets_D1.push(0);
-    let mut base = 0usize;
     for d in &plan.datums {
         let pg = input.member_offsets_P1[d.problem] + d.member;
         let adv = input.advantages_PG[pg] as f32;
-        let t = d.len - 1;
-        let mut w = Writer {
-            len: d.len,
-            tokens: &mut out.tokens_N[base..base + t],
-            targets: &mut out.target_tokens_N[base..base + t],
-        };
-        let logprobs = &mut out.logprobs_N[base..base + t];
-        let advantages = &mut out.advantages_N[base..base + t];
-        let mask = &mut out.mask_N[base..base + t];
-        let mut q = 0usize;
+        let mut w = Appender { len: d.len, q: 0, tokens: &mut out.tokens_N, targets: &mut out.target_tokens_N };
         for x in d.first..d.end {
             let tr = &input.transitions_X[x];
             let skip = plan.skip_X[x];
-            // The new part of the observation: positions `skip..` of `tr.ob`.
+            // The new part of the observation: positions `skip..` of `tr.ob`; values 0.
             let mut pos = 0usize;
             for c in tr.ob {
                 let (c_start, c_end) = (pos, pos + c.len());
@@ -345,69 +294,78 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
                 if c_end <= skip || c.is_empty() {
                     continue;
                 }
-                match *c {
+                let n_targets = match *c {
                     Chunk::Tokens(tok) => {
                         let from = skip.saturating_sub(c_start);
-                        w.tokens(q + c_start + from - skip, tok.slice(from, tok.len()));
+                        w.tokens(tok.slice(from, tok.len())).1
                     }
                     Chunk::Opaque { len, handle, .. } => {
                         // A prefix never ends inside an opaque chunk, so `c_start >= skip`.
-                        out.opaque.pos_K.push((q + c_start - skip) as i64);
+                        out.opaque.pos_K.push(w.q as i64);
                         out.opaque.len_K.push(len as i64);
                         out.opaque.handle_K.push(handle as i64);
+                        w.zeros(len)
                     }
+                };
+                for v in [&mut out.logprobs_N, &mut out.advantages_N, &mut out.mask_N] {
+                    v.extend(std::iter::repeat_n(0.0, n_targets));
                 }
             }
-            q += pos - skip;
             // The action.
-            let n_ac = tr.ac_tokens.len();
-            w.tokens(q, tr.ac_tokens);
-            if let Some((src, dst)) = target_range(q, n_ac) {
-                tr.ac_logprobs
-                    .copy_range_to_f32(src, &mut logprobs[dst.clone()]);
-                if !tr.masked {
-                    advantages[dst.clone()].fill(adv);
-                    mask[dst].fill(1.0);
-                }
-            }
-            q += n_ac;
+            let (src, n_targets) = w.tokens(tr.ac_tokens);
+            tr.ac_logprobs.extend_f32(src, n_targets, &mut out.logprobs_N);
+            let (a, m) = if tr.masked { (0.0, 0.0) } else { (adv, 1.0) };
+            out.advantages_N.extend(std::iter::repeat_n(a, n_targets));
+            out.mask_N.extend(std::iter::repeat_n(m, n_targets));
         }
-        debug_assert_eq!(q, d.len);
-        base += t;
-        out.offsets_D1.push(base as i64);
+        debug_assert_eq!(w.q, d.len);
+        out.offsets_D1.push(out.tokens_N.len() as i64);
         out.group_idx_D.push(d.problem as i64);
         out.traj_idx_D.push(d.member as i64);
         out.opaque.offsets_D1.push(out.opaque.pos_K.len() as i64);
     }
+    debug_assert_eq!(out.tokens_N.len(), n);
+    debug_assert_eq!(out.mask_N.len(), n);
     out
 }
 
-/// For a run at sequence positions `q0..q0 + n`: the offset into the run of its first target
-/// position, and where its targets go in a datum's `T` slots (position `q` → slot `q - 1`).
-pub(crate) fn target_range(q0: usize, n: usize) -> Option<(usize, std::ops::Range<usize>)> {
-    let start = q0.max(1);
-    (q0 + n > start).then(|| (start - q0, start - 1..q0 + n - 1))
-}
-
-/// Writes the tokens of one sequence of `len` positions into a datum's input and target slots.
-pub(crate) struct Writer<'o> {
+/// Appends one sequence of `len` positions, run by run in order, to a batch's input and target
+/// buffers: position `q < len - 1` is an input, position `q >= 1` the target of input `q - 1`.
+pub(crate) struct Appender<'o> {
     pub(crate) len: usize,
-    pub(crate) tokens: &'o mut [i64],
-    pub(crate) targets: &'o mut [i64],
+    /// The next sequence position.
+    pub(crate) q: usize,
+    pub(crate) tokens: &'o mut Vec<i64>,
+    pub(crate) targets: &'o mut Vec<i64>,
 }
 
-impl Writer<'_> {
-    /// Tokens at sequence positions `q0..q0 + t.len()`.
-    pub(crate) fn tokens(&mut self, q0: usize, t: Tokens<'_>) {
+impl Appender<'_> {
+    /// Split the next `n` positions: `(inputs, offset of the first target in the run, targets)`.
+    fn split(&self, n: usize) -> (usize, usize, usize) {
+        let q0 = self.q;
+        let inputs = (q0 + n).min(self.len - 1).saturating_sub(q0);
+        let first_target = (q0.max(1) - q0).min(n);
+        (inputs, first_target, n - first_target)
+    }
+
+    /// Tokens at the next positions; returns `(offset of the first target, number of targets)`
+    /// so the caller appends per-target values from the same run.
+    pub(crate) fn tokens(&mut self, t: Tokens<'_>) -> (usize, usize) {
         let n = t.len();
-        let in_end = (q0 + n).min(self.len - 1);
-        if in_end > q0 {
-            t.slice(0, in_end - q0)
-                .copy_to(&mut self.tokens[q0..in_end]);
-        }
-        if let Some((src, dst)) = target_range(q0, n) {
-            t.slice(src, n).copy_to(&mut self.targets[dst]);
-        }
+        let (inputs, first_target, targets) = self.split(n);
+        t.slice(0, inputs).extend_into(self.tokens);
+        t.slice(first_target, n).extend_into(self.targets);
+        self.q += n;
+        (first_target, targets)
+    }
+
+    /// `n` positions of an opaque chunk (token 0); returns the number of targets.
+    pub(crate) fn zeros(&mut self, n: usize) -> usize {
+        let (inputs, _, targets) = self.split(n);
+        self.tokens.extend(std::iter::repeat_n(0, inputs));
+        self.targets.extend(std::iter::repeat_n(0, targets));
+        self.q += n;
+        targets
     }
 }
 
@@ -421,19 +379,10 @@ mod tests {
     }
 
     fn tr<'a>(ob: &'a [Chunk<'a>], ac: &'a [i64], lp: &'a [f64]) -> TransitionIn<'a> {
-        TransitionIn {
-            ob,
-            ac_tokens: Tokens::I64(ac),
-            ac_logprobs: Floats::F64(lp),
-            masked: false,
-        }
+        TransitionIn { ob, ac_tokens: Tokens::I64(ac), ac_logprobs: Floats::F64(lp), masked: false }
     }
 
-    fn one_group<'a>(
-        xs: &'a [TransitionIn<'a>],
-        offsets: &'a [usize],
-        adv: &'a [f64],
-    ) -> TrajectoriesIn<'a> {
+    fn one_group<'a>(xs: &'a [TransitionIn<'a>], offsets: &'a [usize], adv: &'a [f64]) -> TrajectoriesIn<'a> {
         TrajectoriesIn {
             transitions_X: xs,
             transition_offsets_PG1: offsets,
@@ -464,10 +413,7 @@ mod tests {
         let xs = [
             tr(&ob0, &[3, 4], &[-1.0, -2.0]),
             tr(&ob1, &[5], &[-3.0]),
-            TransitionIn {
-                masked: true,
-                ..tr(&ob2, &[8, 6], &[-4.0, -5.0])
-            },
+            TransitionIn { masked: true, ..tr(&ob2, &[8, 6], &[-4.0, -5.0]) },
         ];
         let out = pack_trajectories(&one_group(&xs, &[0, 3], &[1.5])).unwrap();
         assert_eq!(out.offsets_D1, vec![0, 5, 7]);
@@ -481,21 +427,9 @@ mod tests {
 
     #[test]
     fn opaque_chunks_are_carried_with_their_positions() {
-        let img = Chunk::Opaque {
-            class: 9,
-            len: 3,
-            handle: 42,
-        };
+        let img = Chunk::Opaque { class: 9, len: 3, handle: 42 };
         let ob0 = [toks(&[1]), img, toks(&[2])];
-        let ob1 = [
-            toks(&[1]),
-            Chunk::Opaque {
-                class: 9,
-                len: 3,
-                handle: 43,
-            },
-            toks(&[2, 5, 6]),
-        ];
+        let ob1 = [toks(&[1]), Chunk::Opaque { class: 9, len: 3, handle: 43 }, toks(&[2, 5, 6])];
         let xs = [tr(&ob0, &[5], &[-1.0]), tr(&ob1, &[7], &[-2.0])];
         let out = pack_trajectories(&one_group(&xs, &[0, 2], &[1.0])).unwrap();
         // Sequence: 1 [img img img] 2 5 6 7 -> 8 positions, 7 in the datum.
@@ -506,23 +440,10 @@ mod tests {
         // The chunk kept is the first one seen (handle 42), at input position 1.
         assert_eq!(
             out.opaque,
-            OpaqueLayout {
-                offsets_D1: vec![0, 1],
-                pos_K: vec![1],
-                len_K: vec![3],
-                handle_K: vec![42]
-            }
+            OpaqueLayout { offsets_D1: vec![0, 1], pos_K: vec![1], len_K: vec![3], handle_K: vec![42] }
         );
         // A different image at the same place breaks the prefix: two datums.
-        let ob1b = [
-            toks(&[1]),
-            Chunk::Opaque {
-                class: 8,
-                len: 3,
-                handle: 43,
-            },
-            toks(&[2, 5, 6]),
-        ];
+        let ob1b = [toks(&[1]), Chunk::Opaque { class: 8, len: 3, handle: 43 }, toks(&[2, 5, 6])];
         let xs = [tr(&ob0, &[5], &[-1.0]), tr(&ob1b, &[7], &[-2.0])];
         let out = pack_trajectories(&one_group(&xs, &[0, 2], &[1.0])).unwrap();
         assert_eq!(out.offsets_D1, vec![0, 5, 12]);
@@ -541,45 +462,23 @@ mod tests {
             advantages_PG: &[0.0, 0.0],
         };
         let e = pack_trajectories(&input).unwrap_err().to_string();
-        assert!(
-            e.starts_with("problem 1, member 0, transition 1:")
-                && e.contains("2 tokens but 1 logprobs"),
-            "{e}"
-        );
+        assert!(e.starts_with("problem 1, member 0, transition 1:") && e.contains("2 tokens but 1 logprobs"), "{e}");
 
         let xs = [tr(&ob, &[3, 4], &[-1.0, f64::NAN])];
-        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[0.0]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("problem 0, member 0, transition 0, token 1:"),
-            "{e}"
-        );
+        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[0.0])).unwrap_err().to_string();
+        assert!(e.starts_with("problem 0, member 0, transition 0, token 1:"), "{e}");
 
         let xs = [tr(&ob, &[3], &[-1.0])];
-        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[f64::INFINITY]))
-            .unwrap_err()
-            .to_string();
+        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[f64::INFINITY])).unwrap_err().to_string();
         assert!(e.starts_with("problem 0, member 0: advantage"), "{e}");
 
-        let img = [
-            toks(&[1]),
-            Chunk::Opaque {
-                class: 1,
-                len: 2,
-                handle: 0,
-            },
-        ];
+        let img = [toks(&[1]), Chunk::Opaque { class: 1, len: 2, handle: 0 }];
         let xs = [tr(&img, &[], &[])];
-        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[0.0]))
-            .unwrap_err()
-            .to_string();
+        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[0.0])).unwrap_err().to_string();
         assert!(e.contains("non-token chunk"), "{e}");
 
         let xs = [tr(&[], &[3], &[-1.0])];
-        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[0.0]))
-            .unwrap_err()
-            .to_string();
+        let e = pack_trajectories(&one_group(&xs, &[0, 1], &[0.0])).unwrap_err().to_string();
         assert!(e.contains("1 position"), "{e}");
 
         let e = pack_trajectories(&TrajectoriesIn {
@@ -590,6 +489,14 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e, DataError::EmptyGroup { group: 0 });
+    }
+
+    #[test]
+    fn an_empty_action_at_the_start_of_a_sequence_is_fine() {
+        let ob = [toks(&[1, 2])];
+        let xs = [tr(&[], &[], &[]), tr(&ob, &[3], &[-1.0])];
+        let out = pack_trajectories(&one_group(&xs, &[0, 2], &[1.0])).unwrap();
+        assert_eq!((out.tokens_N, out.target_tokens_N, out.mask_N), (vec![1, 2], vec![2, 3], vec![0.0, 1.0]));
     }
 
     #[test]
@@ -620,12 +527,7 @@ mod tests {
         assert_eq!(out.offsets_D1, vec![0, (2 * turns - 1) as i64]);
         assert_eq!(&out.tokens_N[..], &full[..full.len() - 1]);
         let ob_positions: usize = obs.iter().map(Vec::len).sum();
-        assert!(
-            out.compared_positions <= ob_positions,
-            "{} > {}",
-            out.compared_positions,
-            ob_positions
-        );
+        assert!(out.compared_positions <= ob_positions, "{} > {}", out.compared_positions, ob_positions);
 
         // Observations that never extend: each turn is its own datum, and each prefix test is
         // rejected after O(1) work (here, by length).
@@ -641,11 +543,7 @@ mod tests {
     #[derive(Clone, Copy, PartialEq, Debug)]
     enum Elem {
         Tok(i64),
-        Img {
-            class: u64,
-            len: usize,
-            handle: usize,
-        },
+        Img { class: u64, len: usize, handle: usize },
     }
 
     fn flatten(chunks: &[Chunk<'_>]) -> Vec<Elem> {
@@ -653,9 +551,7 @@ mod tests {
         for c in chunks {
             match *c {
                 Chunk::Tokens(t) => v.extend((0..t.len()).map(|i| Elem::Tok(t.get(i)))),
-                Chunk::Opaque { class, len, handle } if len > 0 => {
-                    v.push(Elem::Img { class, len, handle })
-                }
+                Chunk::Opaque { class, len, handle } if len > 0 => v.push(Elem::Img { class, len, handle }),
                 Chunk::Opaque { .. } => {}
             }
         }
@@ -665,24 +561,14 @@ mod tests {
     fn same(a: &Elem, b: &Elem) -> bool {
         match (a, b) {
             (Elem::Tok(x), Elem::Tok(y)) => x == y,
-            (
-                Elem::Img {
-                    class: c1, len: l1, ..
-                },
-                Elem::Img {
-                    class: c2, len: l2, ..
-                },
-            ) => c1 == c2 && l1 == l2,
+            (Elem::Img { class: c1, len: l1, .. }, Elem::Img { class: c2, len: l2, .. }) => c1 == c2 && l1 == l2,
             _ => false,
         }
     }
 
     /// The Cookbook's algorithm, element by element, no cleverness.
     fn naive(input: &TrajectoriesIn<'_>) -> PackedRl {
-        let mut out = PackedRl {
-            offsets_D1: vec![0],
-            ..Default::default()
-        };
+        let mut out = PackedRl { offsets_D1: vec![0], ..Default::default() };
         out.opaque.offsets_D1.push(0);
         let emit = |seq: &[(Elem, f32, f32, f32)], p: usize, g: usize, out: &mut PackedRl| {
             let mut pos = 0usize;
@@ -722,8 +608,7 @@ mod tests {
                 for x in input.transition_offsets_PG1[pg]..input.transition_offsets_PG1[pg + 1] {
                     let tr = &input.transitions_X[x];
                     let ob = flatten(tr.ob);
-                    let prefix =
-                        seq.len() <= ob.len() && seq.iter().zip(&ob).all(|(s, o)| same(&s.0, o));
+                    let prefix = seq.len() <= ob.len() && seq.iter().zip(&ob).all(|(s, o)| same(&s.0, o));
                     let delta = if seq.is_empty() {
                         &ob[..]
                     } else if prefix {
@@ -736,12 +621,7 @@ mod tests {
                     seq.extend(delta.iter().map(|&e| (e, 0.0, 0.0, 0.0)));
                     for i in 0..tr.ac_tokens.len() {
                         let (a, m) = if tr.masked { (0.0, 0.0) } else { (adv, 1.0) };
-                        seq.push((
-                            Elem::Tok(tr.ac_tokens.get(i)),
-                            tr.ac_logprobs.get(i) as f32,
-                            a,
-                            m,
-                        ));
+                        seq.push((Elem::Tok(tr.ac_tokens.get(i)), tr.ac_logprobs.get(i) as f32, a, m));
                     }
                 }
                 if !seq.is_empty() {
@@ -760,7 +640,7 @@ mod tests {
     #[test]
     fn matches_the_naive_oracle_on_random_trajectories() {
         let mut rng = Rng::new(7);
-        for case in 0..500 {
+        for case in 0..2000 {
             // Owned storage first, views after.
             let n_groups = 1 + rng.below(3);
             let sizes: Vec<usize> = (0..n_groups).map(|_| 1 + rng.below(3)).collect();
@@ -773,11 +653,7 @@ mod tests {
                 let turns = rng.below(5);
                 let mut so_far: ObSpec = vec![];
                 for _ in 0..turns {
-                    let mut ob = if rng.below(3) > 0 {
-                        so_far.clone()
-                    } else {
-                        vec![]
-                    };
+                    let mut ob = if rng.below(3) > 0 { so_far.clone() } else { vec![] };
                     if rng.below(4) == 0 && !ob.is_empty() {
                         // Perturb: change one token or drop the tail.
                         let i = rng.below(ob.len());
@@ -791,15 +667,10 @@ mod tests {
                         if rng.below(4) == 0 {
                             ob.push((false, vec![], rng.below(2) as u64, 1 + rng.below(3)));
                         } else {
-                            ob.push((
-                                true,
-                                (0..rng.below(4)).map(|_| rng.below(5) as i64).collect(),
-                                0,
-                                0,
-                            ));
+                            ob.push((true, (0..rng.below(4)).map(|_| rng.below(5) as i64).collect(), 0, 0));
                         }
                     }
-                    let ac: Vec<i64> = (0..1 + rng.below(4)).map(|_| rng.below(5) as i64).collect();
+                    let ac: Vec<i64> = (0..rng.below(5)).map(|_| rng.below(5) as i64).collect();
                     lps.push(ac.iter().map(|_| -(rng.below(100) as f64) / 7.0).collect());
                     so_far = ob.clone();
                     so_far.push((true, ac.clone(), 0, 0));
@@ -809,10 +680,7 @@ mod tests {
                 }
                 offsets.push(offsets.last().unwrap() + turns);
             }
-            let as_i32: Vec<Vec<i32>> = acs
-                .iter()
-                .map(|a| a.iter().map(|&t| t as i32).collect())
-                .collect();
+            let as_i32: Vec<Vec<i32>> = acs.iter().map(|a| a.iter().map(|&t| t as i32).collect()).collect();
             let mut handle = 0;
             let chunks: Vec<Vec<Chunk<'_>>> = obs
                 .iter()
@@ -823,11 +691,7 @@ mod tests {
                             if *is_tok {
                                 toks(t)
                             } else {
-                                Chunk::Opaque {
-                                    class: *class,
-                                    len: *len,
-                                    handle,
-                                }
+                                Chunk::Opaque { class: *class, len: *len, handle }
                             }
                         })
                         .collect()
@@ -836,11 +700,7 @@ mod tests {
             let xs: Vec<TransitionIn<'_>> = (0..acs.len())
                 .map(|i| TransitionIn {
                     ob: &chunks[i],
-                    ac_tokens: if i % 2 == 0 {
-                        Tokens::I64(&acs[i])
-                    } else {
-                        Tokens::I32(&as_i32[i])
-                    },
+                    ac_tokens: if i % 2 == 0 { Tokens::I64(&acs[i]) } else { Tokens::I32(&as_i32[i]) },
                     ac_logprobs: Floats::F64(&lps[i]),
                     masked: masked[i],
                 })
@@ -849,9 +709,7 @@ mod tests {
             for s in &sizes {
                 members.push(members.last().unwrap() + s);
             }
-            let adv: Vec<f64> = (0..offsets.len() - 1)
-                .map(|_| rng.below(9) as f64 / 4.0 - 1.0)
-                .collect();
+            let adv: Vec<f64> = (0..offsets.len() - 1).map(|_| rng.below(9) as f64 / 4.0 - 1.0).collect();
             let input = TrajectoriesIn {
                 transitions_X: &xs,
                 transition_offsets_PG1: &offsets,
@@ -866,10 +724,7 @@ mod tests {
                 Err(e) => {
                     // Only degenerate sequences are rejected here: too short, or ending in an image.
                     let s = e.to_string();
-                    assert!(
-                        s.contains("1 position") || s.contains("non-token chunk"),
-                        "case {case}: {s}"
-                    );
+                    assert!(s.contains("1 position") || s.contains("non-token chunk"), "case {case}: {s}");
                 }
             }
         }

@@ -21,54 +21,33 @@ pub struct Location {
 impl Location {
     /// The location of a whole problem (env group).
     pub fn problem(p: usize) -> Self {
-        Self {
-            problem: Some(p),
-            ..Self::default()
-        }
+        Self { problem: Some(p), ..Self::default() }
     }
 
     /// The location of a trajectory: problem `p`, member `g`.
     pub fn member(p: usize, g: usize) -> Self {
-        Self {
-            problem: Some(p),
-            member: Some(g),
-            ..Self::default()
-        }
+        Self { problem: Some(p), member: Some(g), ..Self::default() }
     }
 
     /// The location of a turn: problem `p`, member `g`, transition `x`.
     pub fn transition(p: usize, g: usize, x: usize) -> Self {
-        Self {
-            problem: Some(p),
-            member: Some(g),
-            transition: Some(x),
-            ..Self::default()
-        }
+        Self { problem: Some(p), member: Some(g), transition: Some(x), ..Self::default() }
     }
 
     /// The location of a supervised example.
     pub fn example(i: usize) -> Self {
-        Self {
-            example: Some(i),
-            ..Self::default()
-        }
+        Self { example: Some(i), ..Self::default() }
     }
 
     /// The location of a datum of a packed batch.
     pub fn datum(d: usize) -> Self {
-        Self {
-            datum: Some(d),
-            ..Self::default()
-        }
+        Self { datum: Some(d), ..Self::default() }
     }
 
     /// The same location, narrowed to token position `t`.
     #[must_use]
     pub fn at(self, t: usize) -> Self {
-        Self {
-            position: Some(t),
-            ..self
-        }
+        Self { position: Some(t), ..self }
     }
 }
 
@@ -108,17 +87,9 @@ pub enum DataError {
     /// A group with no members.
     EmptyGroup { group: usize },
     /// A reward that is NaN or infinite.
-    NonFiniteReward {
-        group: usize,
-        member: usize,
-        value: f64,
-    },
+    NonFiniteReward { group: usize, member: usize, value: f64 },
     /// Two arrays that must have the same length do not.
-    LengthMismatch {
-        what: String,
-        expected: usize,
-        got: usize,
-    },
+    LengthMismatch { what: String, expected: usize, got: usize },
     /// An option value the core does not know.
     InvalidArgument(String),
     /// Anything else wrong with one located piece of the input.
@@ -128,10 +99,7 @@ pub enum DataError {
 impl DataError {
     /// A located error: `at` says where, `what` says what is wrong there.
     pub fn at(at: Location, what: impl Into<String>) -> Self {
-        Self::At {
-            at,
-            what: what.into(),
-        }
+        Self::At { at, what: what.into() }
     }
 }
 
@@ -140,26 +108,12 @@ impl fmt::Display for DataError {
         match self {
             Self::BadOffsets { what, detail } => write!(f, "invalid offsets for {what}: {detail}"),
             Self::EmptyGroup { group } => {
-                write!(
-                    f,
-                    "problem {group}: the group is empty; a group needs at least one member"
-                )
+                write!(f, "problem {group}: the group is empty; a group needs at least one member")
             }
-            Self::NonFiniteReward {
-                group,
-                member,
-                value,
-            } => {
-                write!(
-                    f,
-                    "problem {group}, member {member}: reward is not finite ({value})"
-                )
+            Self::NonFiniteReward { group, member, value } => {
+                write!(f, "problem {group}, member {member}: reward is not finite ({value})")
             }
-            Self::LengthMismatch {
-                what,
-                expected,
-                got,
-            } => {
+            Self::LengthMismatch { what, expected, got } => {
                 write!(f, "{what}: expected length {expected}, got {got}")
             }
             Self::InvalidArgument(msg) => f.write_str(msg),
@@ -176,10 +130,7 @@ mod tests {
 
     #[test]
     fn locations_print_in_order() {
-        assert_eq!(
-            Location::transition(3, 1, 2).at(17).to_string(),
-            "problem 3, member 1, transition 2, token 17"
-        );
+        assert_eq!(Location::transition(3, 1, 2).at(17).to_string(), "problem 3, member 1, transition 2, token 17");
         assert_eq!(Location::example(4).to_string(), "example 4");
         assert_eq!(Location::default().to_string(), "batch");
         let e = DataError::at(Location::member(0, 2), "no transitions");

@@ -45,11 +45,9 @@ fn locate(offsets_d1: &[usize], i: usize) -> Location {
 pub fn kl_penalty(input: &KlIn<'_>, coef: f64, discount: f64) -> Result<KlOut, DataError> {
     let n = input.logprobs_N.len();
     validate_offsets("offsets_D1", input.offsets_D1, n)?;
-    for (what, f) in [
-        ("ref_logprobs_N", input.ref_logprobs_N),
-        ("mask_N", input.mask_N),
-        ("advantages_N", input.advantages_N),
-    ] {
+    for (what, f) in
+        [("ref_logprobs_N", input.ref_logprobs_N), ("mask_N", input.mask_N), ("advantages_N", input.advantages_N)]
+    {
         if f.len() != n {
             return Err(DataError::LengthMismatch {
                 what: format!("{what} (one per position of logprobs_N)"),
@@ -59,26 +57,16 @@ pub fn kl_penalty(input: &KlIn<'_>, coef: f64, discount: f64) -> Result<KlOut, D
         }
     }
     if !coef.is_finite() {
-        return Err(DataError::InvalidArgument(format!(
-            "kl coefficient must be finite, got {coef}"
-        )));
+        return Err(DataError::InvalidArgument(format!("kl coefficient must be finite, got {coef}")));
     }
     if !(0.0..=1.0).contains(&discount) {
-        return Err(DataError::InvalidArgument(format!(
-            "kl discount must be in [0, 1], got {discount}"
-        )));
+        return Err(DataError::InvalidArgument(format!("kl discount must be in [0, 1], got {discount}")));
     }
     if let Some(i) = input.mask_N.first_non_finite() {
-        return Err(DataError::at(
-            locate(input.offsets_D1, i),
-            "mask is not finite",
-        ));
+        return Err(DataError::at(locate(input.offsets_D1, i), "mask is not finite"));
     }
     if let Some(i) = input.advantages_N.first_non_finite() {
-        return Err(DataError::at(
-            locate(input.offsets_D1, i),
-            "advantage is not finite",
-        ));
+        return Err(DataError::at(locate(input.offsets_D1, i), "advantage is not finite"));
     }
     let mut diff = vec![0.0f64; n];
     let (mut sum_diff, mut sum_mask) = (0.0f64, 0.0f64);
@@ -98,28 +86,17 @@ pub fn kl_penalty(input: &KlIn<'_>, coef: f64, discount: f64) -> Result<KlOut, D
         sum_diff += *d;
         sum_mask += m;
     }
-    let mean = if sum_mask > 0.0 {
-        sum_diff / sum_mask
-    } else {
-        0.0
-    };
+    let mean = if sum_mask > 0.0 { sum_diff / sum_mask } else { 0.0 };
     let mut out = vec![0.0f32; n];
     for w in input.offsets_D1.windows(2) {
         let mut acc = 0.0f64;
         for i in (w[0]..w[1]).rev() {
             let k = coef * input.mask_N.get(i) * (mean - diff[i]);
-            acc = if discount > 0.0 {
-                k + discount * acc
-            } else {
-                k
-            };
+            acc = if discount > 0.0 { k + discount * acc } else { k };
             out[i] = (input.advantages_N.get(i) + acc) as f32;
         }
     }
-    Ok(KlOut {
-        advantages_N: out,
-        mean_logprob_diff: mean,
-    })
+    Ok(KlOut { advantages_N: out, mean_logprob_diff: mean })
 }
 
 #[cfg(test)]
@@ -178,15 +155,7 @@ mod tests {
         };
         let e = kl_penalty(&input, 1.0, 0.0).unwrap_err().to_string();
         assert!(e.starts_with("datum 2, token 1:"), "{e}");
-        let e = kl_penalty(
-            &KlIn {
-                ref_logprobs_N: Floats::F32(&one[..3]),
-                ..input
-            },
-            1.0,
-            0.0,
-        )
-        .unwrap_err();
+        let e = kl_penalty(&KlIn { ref_logprobs_N: Floats::F32(&one[..3]), ..input }, 1.0, 0.0).unwrap_err();
         assert!(e.to_string().contains("ref_logprobs_N"), "{e}");
         assert!(kl_penalty(&input, f64::NAN, 0.0).is_err());
         assert!(kl_penalty(&input, 1.0, 1.5).is_err());

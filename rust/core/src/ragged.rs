@@ -3,11 +3,7 @@
 use crate::DataError;
 
 /// Check that `offsets` describes `offsets.len() - 1` rows over exactly `n_values` values.
-pub fn validate_offsets(
-    what: &'static str,
-    offsets: &[usize],
-    n_values: usize,
-) -> Result<(), DataError> {
+pub fn validate_offsets(what: &'static str, offsets: &[usize], n_values: usize) -> Result<(), DataError> {
     let bad = |detail: String| DataError::BadOffsets { what, detail };
     let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
         return Err(bad("offsets must have at least one element (0)".into()));
@@ -25,9 +21,7 @@ pub fn validate_offsets(
         )));
     }
     if last != n_values {
-        return Err(bad(format!(
-            "last offset is {last} but there are {n_values} values"
-        )));
+        return Err(bad(format!("last offset is {last} but there are {n_values} values")));
     }
     Ok(())
 }
@@ -44,21 +38,9 @@ mod tests {
 
     #[test]
     fn rejects_each_malformation() {
-        assert!(matches!(
-            validate_offsets("x", &[], 0),
-            Err(DataError::BadOffsets { .. })
-        ));
-        assert!(validate_offsets("x", &[1, 2], 2)
-            .unwrap_err()
-            .to_string()
-            .contains("offsets[0] must be 0"));
-        assert!(validate_offsets("x", &[0, 3, 2], 2)
-            .unwrap_err()
-            .to_string()
-            .contains("non-decreasing"));
-        assert!(validate_offsets("x", &[0, 2], 3)
-            .unwrap_err()
-            .to_string()
-            .contains("3 values"));
+        assert!(matches!(validate_offsets("x", &[], 0), Err(DataError::BadOffsets { .. })));
+        assert!(validate_offsets("x", &[1, 2], 2).unwrap_err().to_string().contains("offsets[0] must be 0"));
+        assert!(validate_offsets("x", &[0, 3, 2], 2).unwrap_err().to_string().contains("non-decreasing"));
+        assert!(validate_offsets("x", &[0, 2], 3).unwrap_err().to_string().contains("3 values"));
     }
 }

@@ -10,7 +10,7 @@
 //! example that is not truncated and ends with an opaque chunk is an error.
 
 use crate::chunks::{total_len, Chunk, Floats};
-use crate::datums::{target_range, OpaqueLayout, Writer};
+use crate::datums::{Appender, OpaqueLayout};
 use crate::error::Location;
 use crate::DataError;
 
@@ -37,11 +37,7 @@ pub struct PackedSupervised {
 }
 
 /// How many leading positions of an example survive truncation.
-pub fn truncated_len(
-    i: usize,
-    chunks: &[Chunk<'_>],
-    max_length: Option<usize>,
-) -> Result<usize, DataError> {
+pub fn truncated_len(i: usize, chunks: &[Chunk<'_>], max_length: Option<usize>) -> Result<usize, DataError> {
     let full = total_len(chunks);
     let loc = Location::example(i);
     let mut cut = max_length.map_or(full, |m| m.min(full));
@@ -75,10 +71,7 @@ pub fn truncated_len(
     }
     if cut < 2 {
         let why = if cut < full {
-            format!(
-                " after truncation to max_length={}",
-                max_length.unwrap_or(0)
-            )
+            format!(" after truncation to max_length={}", max_length.unwrap_or(0))
         } else {
             String::new()
         };
@@ -97,10 +90,7 @@ pub fn validate(examples: &[ExampleIn<'_>]) -> Result<(), DataError> {
         if ex.weights.len() != n {
             return Err(DataError::at(
                 Location::example(i),
-                format!(
-                    "the model input has {n} positions but there are {} weights",
-                    ex.weights.len()
-                ),
+                format!("the model input has {n} positions but there are {} weights", ex.weights.len()),
             ));
         }
         if let Some(t) = ex.weights.first_non_finite() {
@@ -114,16 +104,10 @@ pub fn validate(examples: &[ExampleIn<'_>]) -> Result<(), DataError> {
 }
 
 /// Pack examples into supervised datums, one per example, each truncated to `max_length`.
-pub fn pack_examples(
-    examples: &[ExampleIn<'_>],
-    max_length: Option<usize>,
-) -> Result<PackedSupervised, DataError> {
+pub fn pack_examples(examples: &[ExampleIn<'_>], max_length: Option<usize>) -> Result<PackedSupervised, DataError> {
     validate(examples)?;
-    let lens: Vec<usize> = examples
-        .iter()
-        .enumerate()
-        .map(|(i, ex)| truncated_len(i, ex.chunks, max_length))
-        .collect::<Result<_, _>>()?;
+    let lens: Vec<usize> =
+        examples.iter().enumerate().map(|(i, ex)| truncated_len(i, ex.chunks, max_length)).collect::<Result<_, _>>()?;
     let n: usize = lens.iter().map(|l| l - 1).sum();
     let n_opaque: usize = examples
         .iter()
@@ -140,10 +124,11 @@ pub fn pack_examples(
                 .count()
         })
         .sum();
+    // Exact capacities; every value is written once, by appending.
     let mut out = PackedSupervised {
-        tokens_N: vec![0; n],
-        target_tokens_N: vec![0; n],
-        weights_N: vec![0.0; n],
+        tokens_N: Vec::with_capacity(n),
+        target_tokens_N: Vec::with_capacity(n),
+        weights_N: Vec::with_capacity(n),
         offsets_D1: Vec::with_capacity(examples.len() + 1),
         opaque: OpaqueLayout {
             offsets_D1: Vec::with_capacity(examples.len() + 1),
@@ -154,40 +139,29 @@ pub fn pack_examples(
     };
     out.offsets_D1.push(0);
     out.opaque.offsets_D1.push(0);
-    let mut base = 0;
     for (ex, &l) in examples.iter().zip(&lens) {
-        let t = l - 1;
-        let mut w = Writer {
-            len: l,
-            tokens: &mut out.tokens_N[base..base + t],
-            targets: &mut out.target_tokens_N[base..base + t],
-        };
-        let mut pos = 0;
+        let mut w = Appender { len: l, q: 0, tokens: &mut out.tokens_N, targets: &mut out.target_tokens_N };
         for c in ex.chunks {
-            if pos >= l {
+            if w.q >= l {
                 break;
             }
             match *c {
                 Chunk::Tokens(tok) => {
-                    let keep = tok.len().min(l - pos);
-                    w.tokens(pos, tok.slice(0, keep));
+                    w.tokens(tok.slice(0, tok.len().min(l - w.q)));
                 }
                 Chunk::Opaque { len, handle, .. } => {
                     if len > 0 {
-                        out.opaque.pos_K.push(pos as i64);
+                        out.opaque.pos_K.push(w.q as i64);
                         out.opaque.len_K.push(len as i64);
                         out.opaque.handle_K.push(handle as i64);
+                        w.zeros(len);
                     }
                 }
             }
-            pos += c.len();
         }
-        if let Some((src, dst)) = target_range(0, l) {
-            let dst = base + dst.start..base + dst.end;
-            ex.weights.copy_range_to_f32(src, &mut out.weights_N[dst]);
-        }
-        base += t;
-        out.offsets_D1.push(base as i64);
+        debug_assert_eq!(w.q, l);
+        ex.weights.extend_f32(1, l - 1, &mut out.weights_N);
+        out.offsets_D1.push(out.tokens_N.len() as i64);
         out.opaque.offsets_D1.push(out.opaque.pos_K.len() as i64);
     }
     Ok(out)
@@ -205,105 +179,51 @@ mod tests {
     #[test]
     fn shifts_inputs_targets_and_weights() {
         let c = [toks(&[1, 2]), toks(&[3, 4])];
-        let ex = ExampleIn {
-            chunks: &c,
-            weights: Floats::F32(&[0.0, 0.0, 1.0, 1.0]),
-        };
+        let ex = ExampleIn { chunks: &c, weights: Floats::F32(&[0.0, 0.0, 1.0, 1.0]) };
         let out = pack_examples(&[ex, ex], None).unwrap();
         assert_eq!(out.tokens_N, vec![1, 2, 3, 1, 2, 3]);
         assert_eq!(out.target_tokens_N, vec![2, 3, 4, 2, 3, 4]);
         assert_eq!(out.weights_N, vec![0.0, 1.0, 1.0, 0.0, 1.0, 1.0]);
         assert_eq!(out.offsets_D1, vec![0, 3, 6]);
         let out = pack_examples(&[ex], Some(3)).unwrap();
-        assert_eq!(
-            (out.tokens_N, out.target_tokens_N, out.weights_N),
-            (vec![1, 2], vec![2, 3], vec![0.0, 1.0])
-        );
+        assert_eq!((out.tokens_N, out.target_tokens_N, out.weights_N), (vec![1, 2], vec![2, 3], vec![0.0, 1.0]));
     }
 
     #[test]
     fn truncation_never_splits_or_ends_on_an_image() {
-        let img = Chunk::Opaque {
-            class: 0,
-            len: 3,
-            handle: 7,
-        };
+        let img = Chunk::Opaque { class: 0, len: 3, handle: 7 };
         let c = [toks(&[1, 2]), img, toks(&[3, 4])];
         assert_eq!(truncated_len(0, &c, None).unwrap(), 7);
         assert_eq!(truncated_len(0, &c, Some(6)).unwrap(), 6);
         assert_eq!(truncated_len(0, &c, Some(5)).unwrap(), 2); // ends right after the image
         assert_eq!(truncated_len(0, &c, Some(3)).unwrap(), 2); // inside the image
-        assert!(truncated_len(0, &c, Some(1))
-            .unwrap_err()
-            .to_string()
-            .contains("max_length=1"));
+        assert!(truncated_len(0, &c, Some(1)).unwrap_err().to_string().contains("max_length=1"));
         let w = [1.0f32; 7];
-        let out = pack_examples(
-            &[ExampleIn {
-                chunks: &c,
-                weights: Floats::F32(&w),
-            }],
-            Some(6),
-        )
-        .unwrap();
+        let out = pack_examples(&[ExampleIn { chunks: &c, weights: Floats::F32(&w) }], Some(6)).unwrap();
         assert_eq!(out.tokens_N, vec![1, 2, 0, 0, 0]);
         assert_eq!(out.target_tokens_N, vec![2, 0, 0, 0, 3]);
         assert_eq!(out.opaque.pos_K, vec![2]);
         assert_eq!(out.opaque.handle_K, vec![7]);
         let c2 = [toks(&[1, 2]), img];
-        let e = pack_examples(
-            &[ExampleIn {
-                chunks: &c2,
-                weights: Floats::F32(&w[..5]),
-            }],
-            None,
-        )
-        .unwrap_err();
+        let e = pack_examples(&[ExampleIn { chunks: &c2, weights: Floats::F32(&w[..5]) }], None).unwrap_err();
         assert!(e.to_string().starts_with("example 0:") && e.to_string().contains("non-token"));
     }
 
     #[test]
     fn errors_name_the_example_and_position() {
         let c = [toks(&[1, 2, 3])];
-        let e = pack_examples(
-            &[ExampleIn {
-                chunks: &c,
-                weights: Floats::F32(&[1.0]),
-            }],
-            None,
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("3 positions but there are 1 weights"),
-            "{e}"
-        );
+        let e = pack_examples(&[ExampleIn { chunks: &c, weights: Floats::F32(&[1.0]) }], None).unwrap_err();
+        assert!(e.to_string().contains("3 positions but there are 1 weights"), "{e}");
         let e = pack_examples(
             &[
-                ExampleIn {
-                    chunks: &c,
-                    weights: Floats::F64(&[1.0; 3]),
-                },
-                ExampleIn {
-                    chunks: &c,
-                    weights: Floats::F64(&[1.0, f64::NAN, 1.0]),
-                },
+                ExampleIn { chunks: &c, weights: Floats::F64(&[1.0; 3]) },
+                ExampleIn { chunks: &c, weights: Floats::F64(&[1.0, f64::NAN, 1.0]) },
             ],
             None,
         )
         .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "example 1, token 1: weight is not finite (NaN)"
-        );
-        let e = pack_examples(
-            &[ExampleIn {
-                chunks: &c[..0],
-                weights: Floats::F32(&[]),
-            }],
-            None,
-        )
-        .unwrap_err();
+        assert_eq!(e.to_string(), "example 1, token 1: weight is not finite (NaN)");
+        let e = pack_examples(&[ExampleIn { chunks: &c[..0], weights: Floats::F32(&[]) }], None).unwrap_err();
         assert!(e.to_string().contains("0 position(s)"), "{e}");
     }
 }

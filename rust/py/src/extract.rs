@@ -6,10 +6,12 @@
 
 use numpy::prelude::*;
 use numpy::{PyArray1, PyReadonlyArray1, PyUntypedArray};
-use pyo3::intern;
+use std::collections::HashMap;
+
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use pyo3::{ffi, intern};
 
 use tempering_core::chunks::{Chunk, Floats, Tokens};
 use tempering_core::{DataError as CoreError, Location};
@@ -29,42 +31,113 @@ fn wrap(at: Location, what: &str, err: PyErr) -> PyErr {
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+    obj.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string())
 }
 
-/// Tokens, held as the caller gave them.
+/// Values read from Python lists and tuples, in blocks that are never moved: a run of values
+/// lives in one block. Blocks grow to 2 MiB (then come from huge pages, see `alloc`), so
+/// reading a large batch costs a few allocations and page faults rather than one per list.
+pub struct Blocks<T> {
+    blocks: Vec<Vec<T>>,
+}
+
+impl<T> Default for Blocks<T> {
+    fn default() -> Self {
+        Self { blocks: Vec::new() }
+    }
+}
+
+/// A run of values in [`Blocks`].
+#[derive(Clone, Debug)]
+pub struct Run {
+    block: usize,
+    start: usize,
+    end: usize,
+}
+
+impl Run {
+    pub const EMPTY: Run = Run { block: usize::MAX, start: 0, end: 0 };
+}
+
+impl<T: Copy> Blocks<T> {
+    const MAX_BYTES: usize = 2 << 20;
+    const MIN_BYTES: usize = 16 << 10;
+
+    /// The block to append a run of `n` values to (with room for all of them).
+    fn room(&mut self, n: usize) -> &mut Vec<T> {
+        let size = std::mem::size_of::<T>().max(1);
+        let fits = self.blocks.last().is_some_and(|b| b.capacity() - b.len() >= n);
+        if !fits {
+            let prev = self.blocks.last().map_or(0, Vec::capacity) * size;
+            let bytes = (2 * prev).clamp(Self::MIN_BYTES, Self::MAX_BYTES);
+            self.blocks.push(Vec::with_capacity(n.max(bytes / size)));
+        }
+        let last = self.blocks.len() - 1;
+        &mut self.blocks[last]
+    }
+
+    fn last_index(&self) -> usize {
+        self.blocks.len() - 1
+    }
+
+    pub fn get(&self, r: &Run) -> &[T] {
+        if r.block == usize::MAX {
+            return &[];
+        }
+        &self.blocks[r.block][r.start..r.end]
+    }
+}
+
+/// What the extraction reads from lists: ints and floats.
+#[derive(Default)]
+pub struct Arena {
+    pub ints: Blocks<i64>,
+    pub floats: Blocks<f64>,
+}
+
+/// Tokens, held as the caller gave them (numpy, borrowed) or read into the arena.
 pub enum TokOwner<'py> {
     I32(PyReadonlyArray1<'py, i32>),
     I64(PyReadonlyArray1<'py, i64>),
-    Vec(Vec<i64>),
+    Arena(Run),
 }
 
 impl TokOwner<'_> {
     /// A view of the tokens. Contiguity was checked when the array was read.
-    pub fn view(&self) -> Tokens<'_> {
+    pub fn view<'s>(&'s self, arena: &'s Arena) -> Tokens<'s> {
         match self {
             Self::I32(a) => Tokens::I32(a.as_slice().unwrap_or_default()),
             Self::I64(a) => Tokens::I64(a.as_slice().unwrap_or_default()),
-            Self::Vec(v) => Tokens::I64(v),
+            Self::Arena(r) => Tokens::I64(arena.ints.get(r)),
         }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Self::I32(a) => a.len(),
+            Self::I64(a) => a.len(),
+            Self::Arena(r) => r.end - r.start,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
-/// Floats, held as the caller gave them.
+/// Floats, held as the caller gave them (numpy, borrowed) or read into the arena.
 pub enum FloatOwner<'py> {
     F32(PyReadonlyArray1<'py, f32>),
     F64(PyReadonlyArray1<'py, f64>),
-    Vec(Vec<f64>),
+    Arena(Run),
 }
 
 impl FloatOwner<'_> {
-    pub fn view(&self) -> Floats<'_> {
+    pub fn view<'s>(&'s self, arena: &'s Arena) -> Floats<'s> {
         match self {
             Self::F32(a) => Floats::F32(a.as_slice().unwrap_or_default()),
             Self::F64(a) => Floats::F64(a.as_slice().unwrap_or_default()),
-            Self::Vec(v) => Floats::F64(v),
+            Self::Arena(r) => Floats::F64(arena.floats.get(r)),
         }
     }
 }
@@ -75,15 +148,10 @@ fn borrow_array<'py, T: numpy::Element>(
     at: Location,
     what: &str,
 ) -> PyResult<PyReadonlyArray1<'py, T>> {
-    let typed = arr
-        .cast::<PyArray1<T>>()
-        .map_err(|_| located(at, format!("{what}: unexpected array type")))?;
-    let ro = typed.try_readonly().map_err(|e| {
-        located(
-            at,
-            format!("{what}: the array cannot be borrowed for reading ({e})"),
-        )
-    })?;
+    let typed = arr.cast::<PyArray1<T>>().map_err(|_| located(at, format!("{what}: unexpected array type")))?;
+    let ro = typed
+        .try_readonly()
+        .map_err(|e| located(at, format!("{what}: the array cannot be borrowed for reading ({e})")))?;
     if ro.as_slice().is_err() {
         return Err(located(
             at,
@@ -93,151 +161,193 @@ fn borrow_array<'py, T: numpy::Element>(
     Ok(ro)
 }
 
-/// A numpy array's dtype, checked to be 1-D.
-fn array_dtype<'py>(
-    arr: &Bound<'py, PyUntypedArray>,
-    at: Location,
-    what: &str,
-) -> PyResult<String> {
+/// Check a numpy array is 1-D.
+fn one_d(arr: &Bound<'_, PyUntypedArray>, at: Location, what: &str) -> PyResult<()> {
     if arr.ndim() != 1 {
-        return Err(located(
-            at,
-            format!("{what} must be a 1-D array, got {} dimensions", arr.ndim()),
-        ));
+        return Err(located(at, format!("{what} must be a 1-D array, got {} dimensions", arr.ndim())));
     }
-    Ok(arr
-        .dtype()
-        .str()
-        .map_or_else(|_| "?".to_owned(), |s| s.to_string()))
+    Ok(())
+}
+
+/// The name of a numpy array's dtype (only for error messages: numpy computes it in Python).
+fn dtype_name(arr: &Bound<'_, PyUntypedArray>) -> String {
+    arr.dtype().str().map_or_else(|_| "?".to_owned(), |s| s.to_string())
 }
 
 fn is_dtype<T: numpy::Element>(arr: &Bound<'_, PyUntypedArray>) -> bool {
     arr.dtype().is_equiv_to(&numpy::dtype::<T>(arr.py()))
 }
 
-/// Read tokens: an int32/int64 numpy array (borrowed) or a list / tuple / sequence of ints.
-/// `pos0` is added to positions in error messages (the chunk's place in its observation).
+/// Read every item of a list: `fast` converts exact ints / floats straight from the borrowed item
+/// pointer (no reference counting, no Python code); anything else goes through pyo3's
+/// extraction. On failure: the index, the item and the error.
+type ItemError<'py> = (usize, Bound<'py, PyAny>, PyErr);
+
+fn list_values<'py, T: Copy>(
+    list: &Bound<'py, PyList>,
+    blocks: &mut Blocks<T>,
+    fast: impl Fn(*mut ffi::PyObject) -> Option<T>,
+    slow: impl Fn(&Bound<'py, PyAny>) -> PyResult<T>,
+) -> Result<Run, ItemError<'py>> {
+    let py = list.py();
+    let n = list.len();
+    let v = blocks.room(n);
+    let start = v.len();
+    for i in 0..n {
+        // SAFETY: `PyList_GetItem` checks the index (the list may shrink if a slow-path
+        // conversion runs Python code) and returns a borrowed reference or NULL with an error set.
+        let item = unsafe { ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t) };
+        if item.is_null() {
+            let err = PyErr::fetch(py);
+            v.truncate(start);
+            return Err((i, py.None().into_bound(py), err));
+        }
+        if let Some(x) = fast(item) {
+            v.push(x);
+            continue;
+        }
+        // SAFETY: `item` is a valid borrowed reference; `from_borrowed_ptr` takes a new one.
+        let item = unsafe { Bound::from_borrowed_ptr(py, item) };
+        match slow(&item) {
+            Ok(x) => v.push(x),
+            Err(e) => {
+                v.truncate(start);
+                return Err((i, item, e));
+            }
+        }
+    }
+    // A list that grew while slow-path conversions ran Python code may have overflowed the
+    // block's reserved room: then the block moved, which is fine, nothing points into it yet.
+    let end = v.len();
+    Ok(Run { block: blocks.last_index(), start, end })
+}
+
+/// Read every item of any other iterable with `extract`.
+fn iter_values<'py, T: Copy>(
+    obj: &Bound<'py, PyAny>,
+    blocks: &mut Blocks<T>,
+    extract: impl Fn(&Bound<'py, PyAny>) -> PyResult<T>,
+) -> Result<Run, ItemError<'py>> {
+    let mut tmp = Vec::new();
+    let iter = obj.try_iter().map_err(|e| (usize::MAX, obj.clone(), e))?;
+    for (i, item) in iter.enumerate() {
+        let item = item.map_err(|e| (i, obj.clone(), e))?;
+        tmp.push(extract(&item).map_err(|e| (i, item, e))?);
+    }
+    let v = blocks.room(tmp.len());
+    let start = v.len();
+    v.extend_from_slice(&tmp);
+    let end = v.len();
+    Ok(Run { block: blocks.last_index(), start, end })
+}
+
+/// An exact Python int as `i64`, without reference counting or running Python code.
+fn fast_int(item: *mut ffi::PyObject) -> Option<i64> {
+    // SAFETY: `item` is a live object; for an exact int the conversion cannot run Python code and
+    // never fails (overflow is reported in the flag).
+    unsafe {
+        if ffi::PyLong_CheckExact(item) == 0 {
+            return None;
+        }
+        let mut overflow = 0;
+        let v = ffi::PyLong_AsLongLongAndOverflow(item, &mut overflow);
+        (overflow == 0).then_some(v)
+    }
+}
+
+/// An exact Python float as `f64`, without reference counting or running Python code.
+fn fast_float(item: *mut ffi::PyObject) -> Option<f64> {
+    // SAFETY: `item` is a live object; an exact float converts without running Python code.
+    unsafe { (ffi::PyFloat_CheckExact(item) != 0).then(|| ffi::PyFloat_AsDouble(item)) }
+}
+
+fn is_text(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>()
+}
+
+/// Read tokens: an int32/int64 numpy array (borrowed) or a list / tuple / sequence of ints
+/// (into `arena`). `pos0` is added to positions in error messages (the chunk's place in its
+/// observation).
 pub fn tokens<'py>(
     obj: &Bound<'py, PyAny>,
     at: Location,
     what: &str,
     pos0: usize,
+    arena: &mut Blocks<i64>,
 ) -> PyResult<TokOwner<'py>> {
     if let Ok(arr) = obj.cast::<PyUntypedArray>() {
-        let dtype = array_dtype(arr, at, what)?;
+        one_d(arr, at, what)?;
         return if is_dtype::<i64>(arr) {
             Ok(TokOwner::I64(borrow_array(arr, at, what)?))
         } else if is_dtype::<i32>(arr) {
             Ok(TokOwner::I32(borrow_array(arr, at, what)?))
         } else {
-            Err(located(
-                at,
-                format!("{what}: expected an int32 or int64 array, got dtype {dtype}"),
-            ))
+            Err(located(at, format!("{what}: expected an int32 or int64 array, got dtype {}", dtype_name(arr))))
         };
     }
-    let bad = |i: usize, item: &Bound<'py, PyAny>, err: PyErr| {
-        let msg = format!(
-            "{what}[{i}] is not a token id (an int in int64 range): got {}",
-            type_name(item)
-        );
-        let e = located(at.at(pos0 + i), msg);
+    if is_text(obj) {
+        return Err(located(at, format!("{what}: expected token ids, got {}", type_name(obj))));
+    }
+    let read = if let Ok(list) = obj.cast::<PyList>() {
+        list_values(list, arena, fast_int, |item| item.extract::<i64>())
+    } else {
+        iter_values(obj, arena, |item| item.extract::<i64>())
+    };
+    read.map(TokOwner::Arena).map_err(|(i, item, err)| {
+        let e = if i == usize::MAX {
+            located(at, format!("{what}: expected a list or array of token ids, got {}", type_name(obj)))
+        } else {
+            let msg = format!("{what}[{i}] is not a token id (an int in int64 range): got {}", type_name(&item));
+            located(at.at(pos0 + i), msg)
+        };
         e.set_cause(obj.py(), Some(err));
         e
-    };
-    if let Ok(list) = obj.cast::<PyList>() {
-        let mut v = Vec::with_capacity(list.len());
-        for (i, item) in list.iter().enumerate() {
-            v.push(item.extract::<i64>().map_err(|e| bad(i, &item, e))?);
-        }
-        return Ok(TokOwner::Vec(v));
-    }
-    if let Ok(tuple) = obj.cast::<PyTuple>() {
-        let mut v = Vec::with_capacity(tuple.len());
-        for (i, item) in tuple.iter().enumerate() {
-            v.push(item.extract::<i64>().map_err(|e| bad(i, &item, e))?);
-        }
-        return Ok(TokOwner::Vec(v));
-    }
-    if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>()
-    {
-        return Err(located(
-            at,
-            format!("{what}: expected token ids, got {}", type_name(obj)),
-        ));
-    }
-    // Any other sequence (a torch tensor, a range, ...): generic, slower path.
-    let mut v = Vec::new();
-    let iter = obj.try_iter().map_err(|e| {
-        wrap(
-            at,
-            &format!(
-                "{what}: expected a list or array of token ids, got {}",
-                type_name(obj)
-            ),
-            e,
-        )
-    })?;
-    for (i, item) in iter.enumerate() {
-        let item = item.map_err(|e| wrap(at, what, e))?;
-        v.push(item.extract::<i64>().map_err(|e| bad(i, &item, e))?);
-    }
-    Ok(TokOwner::Vec(v))
+    })
 }
 
-/// Read floats: a float32/float64 numpy array (borrowed) or a list / tuple / sequence of numbers.
-pub fn floats<'py>(obj: &Bound<'py, PyAny>, at: Location, what: &str) -> PyResult<FloatOwner<'py>> {
+/// Read floats: a float32/float64 numpy array (borrowed) or a list / tuple / sequence of
+/// numbers (into `arena`).
+pub fn floats<'py>(
+    obj: &Bound<'py, PyAny>,
+    at: Location,
+    what: &str,
+    arena: &mut Blocks<f64>,
+) -> PyResult<FloatOwner<'py>> {
     if let Ok(arr) = obj.cast::<PyUntypedArray>() {
-        let dtype = array_dtype(arr, at, what)?;
+        one_d(arr, at, what)?;
         return if is_dtype::<f32>(arr) {
             Ok(FloatOwner::F32(borrow_array(arr, at, what)?))
         } else if is_dtype::<f64>(arr) {
             Ok(FloatOwner::F64(borrow_array(arr, at, what)?))
         } else {
-            Err(located(
-                at,
-                format!("{what}: expected a float32 or float64 array, got dtype {dtype}"),
-            ))
+            Err(located(at, format!("{what}: expected a float32 or float64 array, got dtype {}", dtype_name(arr))))
         };
     }
-    let bad = |i: usize, item: &Bound<'py, PyAny>, err: PyErr| {
-        let e = located(
-            at.at(i),
-            format!("{what}[{i}] is not a number: got {}", type_name(item)),
-        );
+    if is_text(obj) {
+        return Err(located(at, format!("{what}: expected numbers, got {}", type_name(obj))));
+    }
+    let read = if let Ok(list) = obj.cast::<PyList>() {
+        list_values(list, arena, fast_float, |item| item.extract::<f64>())
+    } else {
+        iter_values(obj, arena, |item| item.extract::<f64>())
+    };
+    read.map(FloatOwner::Arena).map_err(|(i, item, err)| {
+        let e = if i == usize::MAX {
+            located(at, format!("{what}: expected a list or array of numbers, got {}", type_name(obj)))
+        } else {
+            located(at.at(i), format!("{what}[{i}] is not a number: got {}", type_name(&item)))
+        };
         e.set_cause(obj.py(), Some(err));
         e
-    };
-    if let Ok(list) = obj.cast::<PyList>() {
-        let mut v = Vec::with_capacity(list.len());
-        for (i, item) in list.iter().enumerate() {
-            v.push(item.extract::<f64>().map_err(|e| bad(i, &item, e))?);
-        }
-        return Ok(FloatOwner::Vec(v));
-    }
-    if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>()
-    {
-        return Err(located(
-            at,
-            format!("{what}: expected numbers, got {}", type_name(obj)),
-        ));
-    }
-    let mut v = Vec::new();
-    let iter = obj.try_iter().map_err(|e| {
-        wrap(
-            at,
-            &format!(
-                "{what}: expected a list or array of numbers, got {}",
-                type_name(obj)
-            ),
-            e,
-        )
-    })?;
-    for (i, item) in iter.enumerate() {
-        let item = item.map_err(|e| wrap(at, what, e))?;
-        v.push(item.extract::<f64>().map_err(|e| bad(i, &item, e))?);
-    }
-    Ok(FloatOwner::Vec(v))
+    })
+}
+
+/// Read a few floats (per-member values) into a `Vec<f64>`.
+pub fn float_values(obj: &Bound<'_, PyAny>, at: Location, what: &str) -> PyResult<Vec<f64>> {
+    let mut arena = Arena::default();
+    let owner = floats(obj, at, what, &mut arena.floats)?;
+    let v = owner.view(&arena);
+    Ok((0..v.len()).map(|i| v.get(i)).collect())
 }
 
 /// `getattr`, with a located error naming the attribute.
@@ -253,24 +363,15 @@ pub fn attr<'py>(
 }
 
 /// Iterate a Python iterable, with a located error if it is not one.
-pub fn items<'py>(
-    obj: &Bound<'py, PyAny>,
-    at: Location,
-    what: &str,
-) -> PyResult<Vec<Bound<'py, PyAny>>> {
+pub fn items<'py>(obj: &Bound<'py, PyAny>, at: Location, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
     if let Ok(list) = obj.cast::<PyList>() {
         return Ok(list.iter().collect());
     }
     if let Ok(tuple) = obj.cast::<PyTuple>() {
         return Ok(tuple.iter().collect());
     }
-    let iter = obj.try_iter().map_err(|e| {
-        wrap(
-            at,
-            &format!("{what}: expected a sequence, got {}", type_name(obj)),
-            e,
-        )
-    })?;
+    let iter =
+        obj.try_iter().map_err(|e| wrap(at, &format!("{what}: expected a sequence, got {}", type_name(obj)), e))?;
     iter.map(|r| r.map_err(|e| wrap(at, what, e))).collect()
 }
 
@@ -290,12 +391,18 @@ static ENCODED_TEXT_CHUNK: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 /// The chunks of many model inputs, read once, viewed later.
 #[derive(Default)]
 pub struct ModelInputs<'py> {
+    /// Values read from lists, for these model inputs and for anything else the caller reads.
+    pub arena: Arena,
     pub tokens: Vec<TokOwner<'py>>,
     pub chunks: Vec<ChunkSpec>,
     /// The opaque chunks, by handle.
     pub opaque: Vec<Bound<'py, PyAny>>,
     /// Equality classes of opaque chunks: key -> class.
     classes: Option<Bound<'py, PyDict>>,
+    /// Model inputs already read, by object identity -> their chunk range. Members of a group
+    /// usually share one prompt object: it is read once. The objects are kept alive here, so an
+    /// address cannot be reused by another object while reading.
+    seen: HashMap<usize, (Bound<'py, PyAny>, std::ops::Range<usize>)>,
 }
 
 impl<'py> ModelInputs<'py> {
@@ -307,41 +414,39 @@ impl<'py> ModelInputs<'py> {
         at: Location,
         what: &str,
     ) -> PyResult<std::ops::Range<usize>> {
+        let key = model_input.as_ptr() as usize;
+        if let Some((_, range)) = self.seen.get(&key) {
+            return Ok(range.clone());
+        }
+        let range = self.read_new(model_input, at, what)?;
+        self.seen.insert(key, (model_input.clone(), range.clone()));
+        Ok(range)
+    }
+
+    fn read_new(
+        &mut self,
+        model_input: &Bound<'py, PyAny>,
+        at: Location,
+        what: &str,
+    ) -> PyResult<std::ops::Range<usize>> {
         let py = model_input.py();
         let text_type = ENCODED_TEXT_CHUNK.import(py, "tinker.types", "EncodedTextChunk")?;
         let chunks = attr(model_input, intern!(py, "chunks"), at)?;
         let start = self.chunks.len();
         let mut pos = 0usize;
-        for (i, chunk) in items(&chunks, at, &format!("{what}.chunks"))?
-            .into_iter()
-            .enumerate()
-        {
+        for (i, chunk) in items(&chunks, at, &format!("{what}.chunks"))?.into_iter().enumerate() {
             if chunk.get_type().is(text_type) || chunk.is_instance(text_type)? {
                 let toks = attr(&chunk, intern!(py, "tokens"), at)?;
-                let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos)?;
-                pos += owner.view().len();
+                let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena.ints)?;
+                pos += owner.len();
                 self.chunks.push(ChunkSpec::Tokens(self.tokens.len()));
                 self.tokens.push(owner);
             } else {
-                let len = chunk
-                    .getattr(intern!(py, "length"))
-                    .and_then(|l| l.extract::<usize>())
-                    .map_err(|e| {
-                        wrap(
-                            at,
-                            &format!(
-                                "{what}.chunks[{i}] ({}) has no usable .length",
-                                type_name(&chunk)
-                            ),
-                            e,
-                        )
-                    })?;
+                let len = chunk.getattr(intern!(py, "length")).and_then(|l| l.extract::<usize>()).map_err(|e| {
+                    wrap(at, &format!("{what}.chunks[{i}] ({}) has no usable .length", type_name(&chunk)), e)
+                })?;
                 let class = self.class_of(&chunk)?;
-                self.chunks.push(ChunkSpec::Opaque {
-                    class,
-                    len,
-                    handle: self.opaque.len(),
-                });
+                self.chunks.push(ChunkSpec::Opaque { class, len, handle: self.opaque.len() });
                 self.opaque.push(chunk);
                 pos += len;
             }
@@ -359,9 +464,7 @@ impl<'py> ModelInputs<'py> {
         let py = chunk.py();
         let classes = self.classes.get_or_insert_with(|| PyDict::new(py)).clone();
         let key = (|| -> PyResult<Bound<'py, PyAny>> {
-            let fields = chunk
-                .getattr(intern!(py, "__dict__"))?
-                .cast_into::<PyDict>()?;
+            let fields = chunk.getattr(intern!(py, "__dict__"))?.cast_into::<PyDict>()?;
             let items = PyTuple::new(py, fields.items())?;
             let key = PyTuple::new(py, [chunk.get_type().into_any(), items.into_any()])?.into_any();
             key.hash()?;
@@ -390,7 +493,7 @@ impl<'py> ModelInputs<'py> {
         self.chunks
             .iter()
             .map(|c| match *c {
-                ChunkSpec::Tokens(i) => Chunk::Tokens(self.tokens[i].view()),
+                ChunkSpec::Tokens(i) => Chunk::Tokens(self.tokens[i].view(&self.arena)),
                 ChunkSpec::Opaque { class, len, handle } => Chunk::Opaque { class, len, handle },
             })
             .collect()

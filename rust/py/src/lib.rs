@@ -26,7 +26,7 @@ use tempering_core::datums::{self, OpaqueLayout, TrajectoriesIn, TransitionIn};
 use tempering_core::supervised::{self, ExampleIn};
 use tempering_core::{kl, Location};
 
-use extract::{attr, flag, floats, items, located, tokens, FloatOwner, ModelInputs, TokOwner};
+use extract::{attr, flag, float_values, floats, items, located, tokens, FloatOwner, ModelInputs, TokOwner};
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -49,10 +49,7 @@ fn data_err(e: tempering_core::DataError) -> PyErr {
 }
 
 /// Run `f` with the GIL released; a panic becomes `InternalError`, never a crash.
-fn compute<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, tempering_core::DataError> + Send,
-) -> PyResult<T> {
+fn compute<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, tempering_core::DataError> + Send) -> PyResult<T> {
     py.detach(|| catch_unwind(AssertUnwindSafe(f)))
         .map_err(|payload| {
             let msg = payload
@@ -66,14 +63,9 @@ fn compute<T: Send>(
 }
 
 /// Borrow a 1-D numpy array as a contiguous slice, or say precisely why not.
-fn contiguous<'a, T: numpy::Element>(
-    arr: &'a PyReadonlyArray1<'_, T>,
-    name: &str,
-) -> PyResult<&'a [T]> {
+fn contiguous<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
     arr.as_slice().map_err(|_| {
-        DataError::new_err(format!(
-            "{name} must be a C-contiguous 1-D array; pass np.ascontiguousarray({name})"
-        ))
+        DataError::new_err(format!("{name} must be a C-contiguous 1-D array; pass np.ascontiguousarray({name})"))
     })
 }
 
@@ -81,10 +73,7 @@ fn offsets_to_usize(offsets: &[i64], name: &str) -> PyResult<Vec<usize>> {
     offsets
         .iter()
         .enumerate()
-        .map(|(i, &o)| {
-            usize::try_from(o)
-                .map_err(|_| DataError::new_err(format!("{name}[{i}] is negative ({o})")))
-        })
+        .map(|(i, &o)| usize::try_from(o).map_err(|_| DataError::new_err(format!("{name}[{i}] is negative ({o})"))))
         .collect()
 }
 
@@ -108,11 +97,7 @@ fn group_advantages<'py>(
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
     let rewards = contiguous(&rewards_PG, "rewards_PG")?;
     let offsets = offsets_to_usize(contiguous(&offsets_P1, "offsets_P1")?, "offsets_P1")?;
-    let opts = AdvantageOptions {
-        baseline: Baseline::parse(baseline).map_err(data_err)?,
-        normalize_std,
-        eps,
-    };
+    let opts = AdvantageOptions { baseline: Baseline::parse(baseline).map_err(data_err)?, normalize_std, eps };
     let out = compute(py, || advantages::group_advantages(rewards, &offsets, opts))?;
     Ok(PyArray1::from_vec(py, out))
 }
@@ -135,12 +120,7 @@ fn constant_groups<'py>(
 /// Check an Arrow-style offsets array over `n_values` values.
 #[pyfunction]
 #[pyo3(signature = (offsets, n_values, /, *, what = "offsets"))]
-fn validate_offsets(
-    py: Python<'_>,
-    offsets: PyReadonlyArray1<'_, i64>,
-    n_values: usize,
-    what: &str,
-) -> PyResult<()> {
+fn validate_offsets(py: Python<'_>, offsets: PyReadonlyArray1<'_, i64>, n_values: usize, what: &str) -> PyResult<()> {
     let offsets = offsets_to_usize(contiguous(&offsets, what)?, what)?;
     let what = what.to_owned();
     compute(py, || {
@@ -157,73 +137,32 @@ type RaggedF64<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<i64>>);
 #[pyfunction]
 #[pyo3(signature = (trajectory_groups_P, /))]
 #[allow(non_snake_case)]
-fn total_rewards<'py>(
-    py: Python<'py>,
-    trajectory_groups_P: &Bound<'py, PyAny>,
-) -> PyResult<RaggedF64<'py>> {
+fn total_rewards<'py>(py: Python<'py>, trajectory_groups_P: &Bound<'py, PyAny>) -> PyResult<RaggedF64<'py>> {
     let mut steps = Vec::new();
     let mut finals = Vec::new();
     let mut transition_offsets = vec![0usize];
     let mut member_offsets = vec![0usize];
-    for (p, group) in items(
-        trajectory_groups_P,
-        Location::default(),
-        "trajectory_groups_P",
-    )?
-    .iter()
-    .enumerate()
-    {
+    for (p, group) in items(trajectory_groups_P, Location::default(), "trajectory_groups_P")?.iter().enumerate() {
         let at = Location::problem(p);
-        let trajs = items(
-            &attr(group, intern!(py, "trajectories_G"), at)?,
-            at,
-            "trajectories_G",
-        )?;
-        let fin = floats(
-            &attr(group, intern!(py, "final_rewards_G"), at)?,
-            at,
-            "final_rewards_G",
-        )?;
-        let fin = fin.view();
+        let trajs = items(&attr(group, intern!(py, "trajectories_G"), at)?, at, "trajectories_G")?;
+        let fin = float_values(&attr(group, intern!(py, "final_rewards_G"), at)?, at, "final_rewards_G")?;
         if fin.len() != trajs.len() {
-            return Err(located(
-                at,
-                format!(
-                    "{} trajectories but {} final rewards",
-                    trajs.len(),
-                    fin.len()
-                ),
-            ));
+            return Err(located(at, format!("{} trajectories but {} final rewards", trajs.len(), fin.len())));
         }
         for (g, traj) in trajs.iter().enumerate() {
             let at = Location::member(p, g);
-            for (x, tr) in items(
-                &attr(traj, intern!(py, "transitions"), at)?,
-                at,
-                "transitions",
-            )?
-            .iter()
-            .enumerate()
-            {
+            for (x, tr) in items(&attr(traj, intern!(py, "transitions"), at)?, at, "transitions")?.iter().enumerate() {
                 let at = Location::transition(p, g, x);
                 let r = attr(tr, intern!(py, "reward"), at)?;
-                steps.push(
-                    r.extract::<f64>()
-                        .map_err(|e| located(at, format!("reward is not a number: {e}")))?,
-                );
+                steps.push(r.extract::<f64>().map_err(|e| located(at, format!("reward is not a number: {e}")))?);
             }
             transition_offsets.push(steps.len());
-            finals.push(fin.get(g));
+            finals.push(fin[g]);
         }
         member_offsets.push(finals.len());
     }
-    let out = compute(py, || {
-        advantages::total_rewards(&steps, &transition_offsets, &finals, &member_offsets)
-    })?;
-    Ok((
-        PyArray1::from_vec(py, out),
-        PyArray1::from_vec(py, usize_to_i64(&member_offsets)),
-    ))
+    let out = compute(py, || advantages::total_rewards(&steps, &transition_offsets, &finals, &member_offsets))?;
+    Ok((PyArray1::from_vec(py, out), PyArray1::from_vec(py, usize_to_i64(&member_offsets))))
 }
 
 /// The packed RL batch, as numpy arrays owned by numpy (no copies).
@@ -259,18 +198,9 @@ struct PackedSupervised {
     opaque_chunks_K: Py<PyList>,
 }
 
-type OpaqueArrays = (
-    Py<PyArray1<i64>>,
-    Py<PyArray1<i64>>,
-    Py<PyArray1<i64>>,
-    Py<PyList>,
-);
+type OpaqueArrays = (Py<PyArray1<i64>>, Py<PyArray1<i64>>, Py<PyArray1<i64>>, Py<PyList>);
 
-fn opaque_to_py<'py>(
-    py: Python<'py>,
-    o: OpaqueLayout,
-    objects: &[Bound<'py, PyAny>],
-) -> PyResult<OpaqueArrays> {
+fn opaque_to_py<'py>(py: Python<'py>, o: OpaqueLayout, objects: &[Bound<'py, PyAny>]) -> PyResult<OpaqueArrays> {
     let chunks = PyList::new(py, o.handle_K.iter().map(|&h| &objects[h as usize]))?;
     Ok((
         PyArray1::from_vec(py, o.offsets_D1).unbind(),
@@ -297,11 +227,7 @@ fn pack_trajectories<'py>(
     trajectory_groups_P: &Bound<'py, PyAny>,
     advantages_P: &Bound<'py, PyAny>,
 ) -> PyResult<PackedRL> {
-    let groups = items(
-        trajectory_groups_P,
-        Location::default(),
-        "trajectory_groups_P",
-    )?;
+    let groups = items(trajectory_groups_P, Location::default(), "trajectory_groups_P")?;
     let advs = items(advantages_P, Location::default(), "advantages_P")?;
     if groups.len() != advs.len() {
         return Err(located(
@@ -322,13 +248,8 @@ fn pack_trajectories<'py>(
     let mut advantages_pg: Vec<f64> = Vec::new();
     for (p, (group, adv)) in groups.iter().zip(&advs).enumerate() {
         let at = Location::problem(p);
-        let trajs = items(
-            &attr(group, intern!(py, "trajectories_G"), at)?,
-            at,
-            "trajectories_G",
-        )?;
-        let adv = floats(adv, at, &format!("advantages_P[{p}]"))?;
-        let adv = adv.view();
+        let trajs = items(&attr(group, intern!(py, "trajectories_G"), at)?, at, "trajectories_G")?;
+        let adv = float_values(adv, at, &format!("advantages_P[{p}]"))?;
         if adv.len() != trajs.len() {
             return Err(located(
                 at,
@@ -341,31 +262,24 @@ fn pack_trajectories<'py>(
         }
         for (g, traj) in trajs.iter().enumerate() {
             let at = Location::member(p, g);
-            advantages_pg.push(adv.get(g));
-            for (x, tr) in items(
-                &attr(traj, intern!(py, "transitions"), at)?,
-                at,
-                "transitions",
-            )?
-            .iter()
-            .enumerate()
-            {
+            advantages_pg.push(adv[g]);
+            for (x, tr) in items(&attr(traj, intern!(py, "transitions"), at)?, at, "transitions")?.iter().enumerate() {
                 let at = Location::transition(p, g, x);
                 let ob = inputs.read(&attr(tr, intern!(py, "ob"), at)?, at, "ob")?;
                 let ac = attr(tr, intern!(py, "ac"), at)?;
-                let toks = tokens(&attr(&ac, intern!(py, "tokens"), at)?, at, "ac.tokens", 0)?;
+                let toks = tokens(&attr(&ac, intern!(py, "tokens"), at)?, at, "ac.tokens", 0, &mut inputs.arena.ints)?;
                 let lp = attr(&ac, intern!(py, "maybe_logprobs"), at)?;
                 let lp = if lp.is_none() {
-                    if !toks.view().is_empty() {
+                    if !toks.is_empty() {
                         return Err(located(
                             at,
                             "the action has no logprobs (ac.maybe_logprobs is None); RL training needs the \
                              sampler's logprob of every sampled token",
                         ));
                     }
-                    FloatOwner::Vec(Vec::new())
+                    FloatOwner::Arena(extract::Run::EMPTY)
                 } else {
-                    floats(&lp, at, "ac.maybe_logprobs")?
+                    floats(&lp, at, "ac.maybe_logprobs", &mut inputs.arena.floats)?
                 };
                 specs.push(TransitionSpec {
                     ob,
@@ -385,8 +299,8 @@ fn pack_trajectories<'py>(
         .iter()
         .map(|s| TransitionIn {
             ob: &chunks[s.ob.clone()],
-            ac_tokens: ac_tokens[s.ac].view(),
-            ac_logprobs: ac_logprobs[s.logprobs].view(),
+            ac_tokens: ac_tokens[s.ac].view(&inputs.arena),
+            ac_logprobs: ac_logprobs[s.logprobs].view(&inputs.arena),
             masked: s.masked,
         })
         .collect();
@@ -428,10 +342,7 @@ fn pack_examples<'py>(
     let mis = items(model_inputs, Location::default(), "model_inputs")?;
     let ws = items(weights, Location::default(), "weights")?;
     if mis.len() != ws.len() {
-        return Err(located(
-            Location::default(),
-            format!("{} model inputs but {} weight arrays", mis.len(), ws.len()),
-        ));
+        return Err(located(Location::default(), format!("{} model inputs but {} weight arrays", mis.len(), ws.len())));
     }
     let mut inputs = ModelInputs::default();
     let mut ranges = Vec::with_capacity(mis.len());
@@ -439,16 +350,13 @@ fn pack_examples<'py>(
     for (i, (mi, w)) in mis.iter().zip(&ws).enumerate() {
         let at = Location::example(i);
         ranges.push(inputs.read(mi, at, "model_input")?);
-        weight_owners.push(floats(w, at, "weights")?);
+        weight_owners.push(floats(w, at, "weights", &mut inputs.arena.floats)?);
     }
     let chunks = inputs.views();
     let examples: Vec<ExampleIn<'_>> = ranges
         .iter()
         .zip(&weight_owners)
-        .map(|(r, w)| ExampleIn {
-            chunks: &chunks[r.clone()],
-            weights: w.view(),
-        })
+        .map(|(r, w)| ExampleIn { chunks: &chunks[r.clone()], weights: w.view(&inputs.arena) })
         .collect();
     let out = compute(py, || supervised::pack_examples(&examples, max_length))?;
     let (opaque_offsets_D1, opaque_pos_K, opaque_len_K, opaque_chunks_K) =
@@ -481,13 +389,14 @@ fn kl_penalty<'py>(
     discount: f64,
 ) -> PyResult<(Bound<'py, PyArray1<f32>>, f64)> {
     let at = Location::default();
+    let mut arena = extract::Arena::default();
     let owners = [
-        floats(logprobs_N, at, "logprobs_N")?,
-        floats(ref_logprobs_N, at, "ref_logprobs_N")?,
-        floats(mask_N, at, "mask_N")?,
-        floats(advantages_N, at, "advantages_N")?,
+        floats(logprobs_N, at, "logprobs_N", &mut arena.floats)?,
+        floats(ref_logprobs_N, at, "ref_logprobs_N", &mut arena.floats)?,
+        floats(mask_N, at, "mask_N", &mut arena.floats)?,
+        floats(advantages_N, at, "advantages_N", &mut arena.floats)?,
     ];
-    let views: Vec<Floats<'_>> = owners.iter().map(FloatOwner::view).collect();
+    let views: Vec<Floats<'_>> = owners.iter().map(|o| o.view(&arena)).collect();
     let offsets = offsets_to_usize(contiguous(&offsets_D1, "offsets_D1")?, "offsets_D1")?;
     let input = kl::KlIn {
         logprobs_N: views[0],
@@ -497,10 +406,7 @@ fn kl_penalty<'py>(
         offsets_D1: &offsets,
     };
     let out = compute(py, || kl::kl_penalty(&input, coef, discount))?;
-    Ok((
-        PyArray1::from_vec(py, out.advantages_N),
-        out.mean_logprob_diff,
-    ))
+    Ok((PyArray1::from_vec(py, out.advantages_N), out.mean_logprob_diff))
 }
 
 /// `(current, peak)` bytes held on the extension's Rust heap (for memory benchmarks).
@@ -515,12 +421,16 @@ fn _reset_alloc_peak() {
     alloc::reset_peak();
 }
 
+/// Return the large freed blocks the extension keeps for reuse to the system; the bytes released.
+#[pyfunction]
+fn _release_memory() -> usize {
+    alloc::release()
+}
+
 /// Panic inside `compute` (with the GIL released), to test that panics become `InternalError`.
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>, message: String) -> PyResult<()> {
-    compute(py, move || -> Result<(), tempering_core::DataError> {
-        panic!("{message}")
-    })
+    compute(py, move || -> Result<(), tempering_core::DataError> { panic!("{message}") })
 }
 
 #[pymodule]
@@ -539,6 +449,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kl_penalty, m)?)?;
     m.add_function(wrap_pyfunction!(_alloc_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_alloc_peak, m)?)?;
+    m.add_function(wrap_pyfunction!(_release_memory, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
