@@ -34,6 +34,7 @@ __all__ = [
 __version__: str
 
 _Floats = Sequence[float] | npt.NDArray[np.float32] | npt.NDArray[np.float64]
+_Ints = Sequence[int] | npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 class DataError(ValueError):
     """Bad input to the data core; the message names the problem, member, transition and token."""
@@ -95,8 +96,8 @@ class PackedSupervised:
     def opaque_chunks_K(self) -> list[tinker.types.ModelInputChunk]: ...
 
 def group_advantages(
-    rewards_PG: npt.NDArray[np.float64],
-    offsets_P1: npt.NDArray[np.int64],
+    rewards_PG: _Floats,
+    offsets_P1: _Ints,
     /,
     *,
     baseline: str = "mean",
@@ -105,12 +106,10 @@ def group_advantages(
 ) -> npt.NDArray[np.float64]:
     """Group-relative advantages over ragged groups of rewards (flat rewards + offsets)."""
 
-def constant_groups(
-    rewards_PG: npt.NDArray[np.float64], offsets_P1: npt.NDArray[np.int64], /
-) -> npt.NDArray[np.bool_]:
+def constant_groups(rewards_PG: _Floats, offsets_P1: _Ints, /) -> npt.NDArray[np.bool_]:
     """For each ragged group of rewards: are all its rewards equal?"""
 
-def validate_offsets(offsets: npt.NDArray[np.int64], n_values: int, /, *, what: str = "offsets") -> None:
+def validate_offsets(offsets: _Ints, n_values: int, /, *, what: str = "offsets") -> None:
     """Raise ``DataError`` unless ``offsets`` is an Arrow-style offsets array over ``n_values``."""
 
 def total_rewards(
@@ -131,7 +130,7 @@ def kl_penalty(
     ref_logprobs_N: _Floats,
     mask_N: _Floats,
     advantages_N: _Floats,
-    offsets_D1: npt.NDArray[np.int64],
+    offsets_D1: _Ints,
     /,
     *,
     coef: float,

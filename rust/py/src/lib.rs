@@ -13,7 +13,7 @@ mod extract;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::PyArray1;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -62,18 +62,21 @@ fn compute<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, tempering_core
         .map_err(data_err)
 }
 
-/// Borrow a 1-D numpy array as a contiguous slice, or say precisely why not.
-fn contiguous<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
-    arr.as_slice().map_err(|_| {
-        DataError::new_err(format!("{name} must be a C-contiguous 1-D array; pass np.ascontiguousarray({name})"))
-    })
+/// Floats from a float32/float64 array or a sequence of numbers (a copy: these are small).
+fn f64_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<f64>> {
+    float_values(obj, Location::default(), what)
 }
 
-fn offsets_to_usize(offsets: &[i64], name: &str) -> PyResult<Vec<usize>> {
-    offsets
-        .iter()
-        .enumerate()
-        .map(|(i, &o)| usize::try_from(o).map_err(|_| DataError::new_err(format!("{name}[{i}] is negative ({o})"))))
+/// Offsets from an int32/int64 array or a sequence of ints; negative values are rejected.
+fn offsets_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<usize>> {
+    let mut arena = extract::Arena::default();
+    let owner = tokens(obj, Location::default(), what, 0, &mut arena.ints)?;
+    let v = owner.view(&arena);
+    (0..v.len())
+        .map(|i| {
+            let o = v.get(i);
+            usize::try_from(o).map_err(|_| DataError::new_err(format!("{what}[{i}] is negative ({o})")))
+        })
         .collect()
 }
 
@@ -89,16 +92,16 @@ fn usize_to_i64(v: &[usize]) -> Vec<i64> {
 #[allow(non_snake_case)]
 fn group_advantages<'py>(
     py: Python<'py>,
-    rewards_PG: PyReadonlyArray1<'py, f64>,
-    offsets_P1: PyReadonlyArray1<'py, i64>,
+    rewards_PG: &Bound<'py, PyAny>,
+    offsets_P1: &Bound<'py, PyAny>,
     baseline: &str,
     normalize_std: bool,
     eps: f64,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let rewards = contiguous(&rewards_PG, "rewards_PG")?;
-    let offsets = offsets_to_usize(contiguous(&offsets_P1, "offsets_P1")?, "offsets_P1")?;
+    let rewards = f64_arg(rewards_PG, "rewards_PG")?;
+    let offsets = offsets_arg(offsets_P1, "offsets_P1")?;
     let opts = AdvantageOptions { baseline: Baseline::parse(baseline).map_err(data_err)?, normalize_std, eps };
-    let out = compute(py, || advantages::group_advantages(rewards, &offsets, opts))?;
+    let out = compute(py, || advantages::group_advantages(&rewards, &offsets, opts))?;
     Ok(PyArray1::from_vec(py, out))
 }
 
@@ -108,20 +111,20 @@ fn group_advantages<'py>(
 #[allow(non_snake_case)]
 fn constant_groups<'py>(
     py: Python<'py>,
-    rewards_PG: PyReadonlyArray1<'py, f64>,
-    offsets_P1: PyReadonlyArray1<'py, i64>,
+    rewards_PG: &Bound<'py, PyAny>,
+    offsets_P1: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArray1<bool>>> {
-    let rewards = contiguous(&rewards_PG, "rewards_PG")?;
-    let offsets = offsets_to_usize(contiguous(&offsets_P1, "offsets_P1")?, "offsets_P1")?;
-    let out = compute(py, || advantages::constant_groups(rewards, &offsets))?;
+    let rewards = f64_arg(rewards_PG, "rewards_PG")?;
+    let offsets = offsets_arg(offsets_P1, "offsets_P1")?;
+    let out = compute(py, || advantages::constant_groups(&rewards, &offsets))?;
     Ok(PyArray1::from_vec(py, out))
 }
 
 /// Check an Arrow-style offsets array over `n_values` values.
 #[pyfunction]
 #[pyo3(signature = (offsets, n_values, /, *, what = "offsets"))]
-fn validate_offsets(py: Python<'_>, offsets: PyReadonlyArray1<'_, i64>, n_values: usize, what: &str) -> PyResult<()> {
-    let offsets = offsets_to_usize(contiguous(&offsets, what)?, what)?;
+fn validate_offsets(py: Python<'_>, offsets: &Bound<'_, PyAny>, n_values: usize, what: &str) -> PyResult<()> {
+    let offsets = offsets_arg(offsets, what)?;
     let what = what.to_owned();
     compute(py, || {
         tempering_core::ragged::validate_offsets("offsets", &offsets, n_values)
@@ -384,7 +387,7 @@ fn kl_penalty<'py>(
     ref_logprobs_N: &Bound<'py, PyAny>,
     mask_N: &Bound<'py, PyAny>,
     advantages_N: &Bound<'py, PyAny>,
-    offsets_D1: PyReadonlyArray1<'py, i64>,
+    offsets_D1: &Bound<'py, PyAny>,
     coef: f64,
     discount: f64,
 ) -> PyResult<(Bound<'py, PyArray1<f32>>, f64)> {
@@ -397,7 +400,7 @@ fn kl_penalty<'py>(
         floats(advantages_N, at, "advantages_N", &mut arena.floats)?,
     ];
     let views: Vec<Floats<'_>> = owners.iter().map(|o| o.view(&arena)).collect();
-    let offsets = offsets_to_usize(contiguous(&offsets_D1, "offsets_D1")?, "offsets_D1")?;
+    let offsets = offsets_arg(offsets_D1, "offsets_D1")?;
     let input = kl::KlIn {
         logprobs_N: views[0],
         ref_logprobs_N: views[1],
