@@ -1,0 +1,53 @@
+"""What every trainer shares: run directory, metrics, checkpoints, exact resume, LR schedules,
+Adam settings, the progress bar. See docs/training.md.
+
+- :class:`TrainingLoop` builds (or restores) the training client and writes the run directory;
+  :func:`run_pipelined` runs a trainer's steps one ahead through it.
+- :class:`RunDir`: ``config.json``, ``metrics.jsonl``, ``checkpoints.jsonl``, ``state.json``.
+- :class:`AdamConfig` / :class:`LRSchedule`: per-step ``tinker.AdamParams``.
+- :class:`ModelConfig` / :class:`RunConfig`: the config pieces every trainer's config holds.
+
+Example::
+
+    loop = await TrainingLoop.open(config.run, config.model, config, total_steps=n, batches_per_epoch=b)
+    await run_pipelined(loop, submit)   # submit(step) queues one step, returns its finisher
+    await loop.finish()
+"""
+
+from tempering.training.loggers import MetricSink, TensorBoardSink, WandbSink, make_sinks
+from tempering.training.loop import (
+    TEST_KILL_ENV,
+    ModelConfig,
+    PendingStep,
+    RunConfig,
+    TrainingLoop,
+    load_tokenizer,
+    run_pipelined,
+)
+from tempering.training.progress import ProgressBar, format_duration
+from tempering.training.rundir import CheckpointRecord, IfExists, RunDir, RunExistsError, config_to_json
+from tempering.training.schedule import AdamConfig, LRSchedule, ScheduleKind
+
+__all__ = [
+    "TEST_KILL_ENV",
+    "AdamConfig",
+    "CheckpointRecord",
+    "IfExists",
+    "LRSchedule",
+    "MetricSink",
+    "ModelConfig",
+    "PendingStep",
+    "ProgressBar",
+    "RunConfig",
+    "RunDir",
+    "RunExistsError",
+    "ScheduleKind",
+    "TensorBoardSink",
+    "TrainingLoop",
+    "WandbSink",
+    "config_to_json",
+    "format_duration",
+    "load_tokenizer",
+    "make_sinks",
+    "run_pipelined",
+]

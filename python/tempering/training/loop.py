@@ -1,0 +1,328 @@
+"""The bookkeeping every trainer shares: the training client, the run directory, checkpoints,
+resume, metrics lines and the progress bar. Trainers (SFT, DPO, reward model, RL) supply only
+what one step submits; :func:`run_pipelined` does the rest.
+
+Exact resume, and how it is kept:
+
+1. A checkpoint is ``save_state`` (weights + optimizer, written atomically by the backend)
+   followed by a record in ``checkpoints.jsonl`` (rewritten atomically) holding the step and
+   the data position. A checkpoint without its record is ignored.
+2. The metrics line of a step is written after its ``optim_step`` completes, and a
+   checkpoint's record only after the metrics lines of every step before it.
+3. On resume the client is restored from the last record with its optimizer state
+   (``create_training_client_from_state_with_optimizer``), ``metrics.jsonl`` is cut back to
+   the steps before it, and the run continues with the record's step. Batches depend only on
+   (seed, epoch, index) and the learning rate only on the step, so the resumed run submits
+   exactly the requests the uninterrupted one would have.
+
+Example::
+
+    loop = await TrainingLoop.open(config.run, config.model, config, total_steps=100,
+                                   batches_per_epoch=len(train))
+
+    async def submit(step: int) -> PendingStep:
+        epoch, index = loop.position(step)
+        fb = loop.client.forward_backward(batch(epoch, index), "cross_entropy")
+        opt = loop.client.optim_step(config.adam.adam_params(step, loop.total_steps))
+        async def finish() -> dict[str, float]:
+            return {"loss": (await fb).metrics["loss:sum"], **(await opt).metrics}
+        return finish
+
+    await run_pipelined(loop, submit)
+    final = await loop.finish()
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tinker
+from tinker import types as ttypes
+
+from tempering._service import ServiceClient, service_client
+from tempering.training.loggers import MetricSink, make_sinks
+from tempering.training.progress import ProgressBar
+from tempering.training.rundir import CheckpointRecord, IfExists, RunDir, config_to_json
+from tempering_protocols import Future, SamplingClient, Tokenizer, TrainingClient
+
+__all__ = [
+    "TEST_KILL_ENV",
+    "ModelConfig",
+    "PendingStep",
+    "RunConfig",
+    "TrainingLoop",
+    "load_tokenizer",
+    "run_pipelined",
+]
+
+TEST_KILL_ENV = "TEMPERING_TEST_KILL_AT"
+"""Test hook: ``"<point>:<step>"`` makes the process SIGKILL itself at that point of that step
+(points: ``before_metrics``, ``before_index``, ``after_index``). Used by the resume tests."""
+
+PendingStep = Callable[[], Awaitable[Mapping[str, float]]]
+"""What a trainer's ``submit(step)`` returns: awaits the step's results and returns its metrics."""
+
+
+def load_tokenizer(base_model: str) -> Tokenizer:
+    """The tokenizer of ``base_model``: the built-in one for ``tempering/tiny``, else Hugging
+    Face's (a local directory or a hub name). Module-level so a ``functools.partial`` of it is a
+    picklable tokenizer factory for dataset builders."""
+    if base_model == "tempering/tiny":
+        from tempering.local.tiny import build_tiny_tokenizer
+
+        return build_tiny_tokenizer()
+    from transformers import AutoTokenizer
+
+    tokenizer: Tokenizer = AutoTokenizer.from_pretrained(base_model)
+    return tokenizer
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig:
+    """The model a run trains: base model, LoRA rank, adapter seed, and its chat format.
+
+    Example::
+
+        model = ModelConfig(base_model="tempering/tiny", lora_rank=8, renderer_name="chatml")
+        client = await model.create_training_client(tempering.service_client())
+    """
+
+    base_model: str = "tempering/tiny"
+    lora_rank: int = 8
+    seed: int = 0
+    renderer_name: str = "chatml"
+    """The renderer (``tempering.renderers.get_renderer``) that matches the model's chat format."""
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.base_model)
+
+    async def create_training_client(self, service: ServiceClient) -> TrainingClient:
+        return await service.create_lora_training_client(self.base_model, rank=self.lora_rank, seed=self.seed)
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """Where a run writes and how often it checkpoints and evaluates.
+
+    ``if_exists``: what to do when ``log_dir`` already holds a run: ``"resume"`` (the default:
+    continue from its last checkpoint, only if its config equals this one), ``"refuse"``, or
+    ``"overwrite"``. Never an interactive prompt. ``save_every``/``eval_every``: in optimizer
+    steps (0: only at the end). ``wandb_project``/``tensorboard``: extra metric sinks, off unless
+    asked for.
+    """
+
+    log_dir: str
+    if_exists: IfExists = "resume"
+    save_every: int = 20
+    eval_every: int = 10
+    wandb_project: str | None = None
+    tensorboard: bool = False
+    progress: bool = True
+
+
+def _kill_point(point: str, step: int) -> None:
+    spec = os.environ.get(TEST_KILL_ENV)
+    if spec and spec == f"{point}:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@attrs.define
+class _PendingCheckpoint:
+    record: CheckpointRecord
+    future: Future[ttypes.SaveWeightsResponse]
+
+
+class TrainingLoop:
+    """A run's client and bookkeeping. Build it with :meth:`open`; see the module docstring.
+
+    Attributes: ``client`` (the training client, restored on resume), ``service``, ``run_dir``
+    (:class:`RunDir`), ``start_step`` (the first step this process runs), ``total_steps``,
+    ``batches_per_epoch``, ``resumed``.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: TrainingClient,
+        service: ServiceClient,
+        run_dir: RunDir,
+        run: RunConfig,
+        start_step: int,
+        total_steps: int,
+        batches_per_epoch: int,
+        resumed: bool,
+        sinks: Sequence[MetricSink],
+        progress_keys: Sequence[str],
+    ) -> None:
+        self.client = client
+        self.service = service
+        self.run_dir = run_dir
+        self.run = run
+        self.start_step = start_step
+        self.total_steps = total_steps
+        self.batches_per_epoch = batches_per_epoch
+        self.resumed = resumed
+        self._sinks = list(sinks)
+        self._bar = ProgressBar(total_steps, start_step, keys=progress_keys, enabled=run.progress)
+        self._t_start = time.monotonic()
+        self._t_last = self._t_start
+
+    @classmethod
+    async def open(
+        cls,
+        run: RunConfig,
+        model: ModelConfig,
+        config: object,
+        *,
+        total_steps: int,
+        batches_per_epoch: int,
+        service: ServiceClient | None = None,
+        progress_keys: Sequence[str] = ("loss", "lr"),
+    ) -> TrainingLoop:
+        """Open the run directory (resuming, refusing or overwriting as ``run.if_exists``
+        says), and build the training client: restored with its optimizer from the last
+        checkpoint, or fresh from ``model``. ``config`` (the whole attrs config) is what
+        ``config.json`` records; its ``run`` field may differ on resume."""
+        if total_steps < 1 or batches_per_epoch < 1:
+            raise ValueError(f"nothing to train: {total_steps} steps, {batches_per_epoch} batches an epoch")
+        run_dir, resumed = RunDir.open(
+            run.log_dir, config, run.if_exists, ignore_on_resume=frozenset({"run"})
+        )
+        service = service if service is not None else service_client()
+        last = run_dir.last_checkpoint() if resumed else None
+        if last is not None:
+            client = await service.create_training_client_from_state_with_optimizer(last.state_path)
+            start_step = last.step
+        else:
+            client = await model.create_training_client(service)
+            start_step = 0
+        run_dir.truncate_metrics(start_step)
+        sinks = make_sinks(
+            run_dir.path,
+            config_to_json(config),
+            wandb_project=run.wandb_project,
+            tensorboard=run.tensorboard,
+        )
+        return cls(
+            client=client,
+            service=service,
+            run_dir=run_dir,
+            run=run,
+            start_step=start_step,
+            total_steps=total_steps,
+            batches_per_epoch=batches_per_epoch,
+            resumed=resumed,
+            sinks=sinks,
+            progress_keys=progress_keys,
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir.path
+
+    def position(self, step: int) -> tuple[int, int]:
+        """``(epoch, batch index)`` of the data of ``step``: epochs follow each other, each
+        reshuffled by ``set_epoch(epoch)``."""
+        return divmod(step, self.batches_per_epoch)
+
+    def eval_due(self, steps_done: int) -> bool:
+        """Whether to evaluate the weights after ``steps_done`` steps (the last step always)."""
+        every = self.run.eval_every
+        return steps_done == self.total_steps or (every > 0 and steps_done % every == 0)
+
+    def save_if_due(self, steps_done: int) -> _PendingCheckpoint | None:
+        """Queue ``save_state`` when a checkpoint is due after ``steps_done`` steps (the final one
+        is :meth:`finish`'s). Submit it right after that step's ``optim_step``."""
+        every = self.run.save_every
+        if every <= 0 or steps_done % every != 0 or steps_done >= self.total_steps:
+            return None
+        return self._save(steps_done, final=False)
+
+    def _save(self, steps_done: int, *, final: bool) -> _PendingCheckpoint:
+        name = "final" if final else f"step-{steps_done:06d}"
+        epoch, batch = self.position(steps_done)
+        record = CheckpointRecord(name=name, step=steps_done, epoch=epoch, batch=batch, state_path="")
+        return _PendingCheckpoint(record, self.client.save_state(name))
+
+    async def complete_step(
+        self, step: int, metrics: Mapping[str, float], checkpoint: _PendingCheckpoint | None = None
+    ) -> dict[str, Any]:
+        """Write the metrics line of ``step`` (0-based), then the index record of a checkpoint
+        queued after it. Call once per step, in step order, after its ``optim_step`` completed."""
+        now = time.monotonic()
+        epoch, batch = self.position(step)
+        line: dict[str, Any] = {
+            "step": step,
+            "epoch": epoch,
+            "batch": batch,
+            "progress": (step + 1) / self.total_steps,
+            **metrics,
+            "time/step": now - self._t_last,
+            "time/elapsed": now - self._t_start,
+        }
+        self._t_last = now
+        _kill_point("before_metrics", step)
+        self.run_dir.append_metrics(line)
+        numeric = {k: float(v) for k, v in line.items() if isinstance(v, int | float)}
+        for sink in self._sinks:
+            sink.log(numeric, step)
+        self._bar.update(1, line)
+        if checkpoint is not None:
+            saved = await checkpoint.future
+            _kill_point("before_index", step)
+            self.run_dir.add_checkpoint(attrs.evolve(checkpoint.record, state_path=saved.path))
+            _kill_point("after_index", step)
+        return line
+
+    async def finish(self) -> CheckpointRecord:
+        """Save the final state and sampler weights, record them, close the sinks and the bar.
+        A run that was already complete returns its final record."""
+        last = self.run_dir.last_checkpoint()
+        if last is not None and last.final and last.step == self.total_steps:
+            self.close()
+            return last
+        pending = self._save(self.total_steps, final=True)
+        sampler = self.client.save_weights_for_sampler("final")
+        saved = await pending.future
+        record = attrs.evolve(pending.record, state_path=saved.path, sampler_path=(await sampler).path)
+        self.run_dir.add_checkpoint(record)
+        self.close()
+        return record
+
+    def close(self) -> None:
+        self._bar.close()
+        for sink in self._sinks:
+            sink.close()
+        self._sinks = []
+
+    def sampling_client(self) -> SamplingClient:
+        """A sampling client for the weights once the requests queued so far have run."""
+        return self.client.save_weights_and_get_sampling_client()
+
+    def adam_step(self, params: tinker.AdamParams) -> Future[ttypes.OptimStepResponse]:
+        return self.client.optim_step(params)
+
+
+async def run_pipelined(loop: TrainingLoop, submit: Callable[[int], Awaitable[PendingStep]]) -> None:
+    """Run steps ``loop.start_step .. loop.total_steps - 1``, one step ahead.
+
+    ``submit(step)`` queues the step's requests (``forward_backward``, ``optim_step``, evals)
+    and returns a :data:`PendingStep`. The next step is submitted before the previous one's
+    results are read, so the backend always has work queued; checkpoints are queued right
+    after their step, and lines and records are written in step order.
+    """
+    previous: tuple[int, PendingStep, _PendingCheckpoint | None] | None = None
+    for step in range(loop.start_step, loop.total_steps):
+        pending = await submit(step)
+        checkpoint = loop.save_if_due(step + 1)
+        if previous is not None:
+            await loop.complete_step(previous[0], await previous[1](), previous[2])
+        previous = (step, pending, checkpoint)
+    if previous is not None:
+        await loop.complete_step(previous[0], await previous[1](), previous[2])

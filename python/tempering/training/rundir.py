@@ -1,0 +1,262 @@
+"""The run directory: what a training run writes, and how a killed run is picked up again.
+
+Layout (every file is written atomically, or append-only with a torn last line ignored)::
+
+    <log_dir>/config.json        the run's config (JSON form of the attrs config)
+    <log_dir>/metrics.jsonl      one line per completed optimizer step, in step order
+    <log_dir>/checkpoints.jsonl  the checkpoint index: one record per saved state
+    <log_dir>/state.json         values fixed when the run starts (e.g. DPO's reference weights)
+
+Step numbers: the metrics line of step ``s`` (0-based) is written once that step's
+``optim_step`` has completed. A checkpoint record with ``step == k`` holds the weights and
+optimizer state after ``k`` optimizer steps: the run continues with step ``k``. It is written
+only after the metrics lines of steps ``0..k-1``, so that after a resume from it the metrics file
+can be cut back to exactly those lines and every later line is computed once more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeAlias, cast
+
+import attrs
+
+__all__ = [
+    "CheckpointRecord",
+    "IfExists",
+    "RunDir",
+    "RunExistsError",
+    "config_to_json",
+]
+
+IfExists: TypeAlias = Literal["resume", "refuse", "overwrite"]
+"""What to do when the run directory already holds a run (see :meth:`RunDir.open`)."""
+
+_RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints.jsonl", "state.json")
+
+
+class RunExistsError(RuntimeError):
+    """The run directory holds a run that may not be resumed (or ``if_exists="refuse"``)."""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_value(value: object) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in cast("Mapping[object, object]", value).items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in cast("list[object]", value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(cast("os.PathLike[str]", value))
+    if attrs.has(type(value)):
+        return config_to_json(value)
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    module = getattr(value, "__module__", None) or type(value).__module__
+    return f"<{module}.{name}>"
+
+
+def config_to_json(config: object) -> dict[str, Any]:
+    """The JSON form of an attrs config: fields by name, nested configs as objects, with the
+    class under ``"__type__"``; callables and other objects as ``"<module.name>"``.
+
+    Example::
+
+        config_to_json(AdamConfig())  # {"__type__": "tempering.training.schedule.AdamConfig", ...}
+    """
+    cls = type(config)
+    out: dict[str, Any] = {"__type__": f"{cls.__module__}.{cls.__qualname__}"}
+    for field in attrs.fields(cls):
+        out[field.name] = _json_value(getattr(config, field.name))
+    return out
+
+
+@attrs.frozen
+class CheckpointRecord:
+    """One entry of the checkpoint index.
+
+    ``step``: optimizer steps done (the run continues with step ``step``); ``epoch`` and
+    ``batch``: the data position of that next step; ``state_path``: the ``save_state`` path
+    (weights and optimizer); ``sampler_path``: weights for sampling, when saved; ``final``:
+    written at the end of the run.
+    """
+
+    name: str
+    step: int
+    epoch: int
+    batch: int
+    state_path: str
+    sampler_path: str | None = None
+    final: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> CheckpointRecord:
+        return CheckpointRecord(
+            name=str(raw["name"]),
+            step=int(raw["step"]),
+            epoch=int(raw["epoch"]),
+            batch=int(raw["batch"]),
+            state_path=str(raw["state_path"]),
+            sampler_path=None if raw.get("sampler_path") is None else str(raw["sampler_path"]),
+            final=bool(raw.get("final", False)),
+        )
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The complete lines of a JSON-lines file; a torn last line (a kill mid-write) is skipped."""
+    if not path.is_file():
+        return
+    text = path.read_text()
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # the last line was never finished
+    for line in lines:
+        if line.strip():
+            yield cast("dict[str, Any]", json.loads(line))
+
+
+class RunDir:
+    """A run directory (see the module docstring for the layout).
+
+    Example::
+
+        run = RunDir.open("runs/sft-1", config, if_exists="resume")
+        last = run.last_checkpoint()           # None for a fresh run
+        run.truncate_metrics(last.step if last else 0)
+        run.append_metrics({"step": 0, "loss": 1.2})
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def index_path(self) -> Path:
+        return self.path / "checkpoints.jsonl"
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / "state.json"
+
+    def exists(self) -> bool:
+        """Whether a run was started here (its ``config.json`` was written)."""
+        return self.config_path.is_file()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        config: object,
+        if_exists: IfExists = "resume",
+        *,
+        ignore_on_resume: frozenset[str] = frozenset(),
+    ) -> tuple[RunDir, bool]:
+        """Open ``path`` for the run of ``config``; return it and whether it resumes a run.
+
+        A directory holding a run is resumed (``"resume"``: only when its ``config.json``
+        equals this config, top-level fields in ``ignore_on_resume`` aside), refused
+        (``"refuse"``), or emptied of the run's files and started afresh (``"overwrite"``).
+        Nothing is ever asked interactively. Raises :class:`RunExistsError`.
+        """
+        run = cls(path)
+        new_json = config_to_json(config)
+        if run.exists():
+            if if_exists == "refuse":
+                raise RunExistsError(
+                    f"{run.path} already holds a run; pass --if-exists resume to continue it, "
+                    "or --if-exists overwrite to start again"
+                )
+            if if_exists == "resume":
+                old_json = cast("dict[str, Any]", json.loads(run.config_path.read_text()))
+                diff = sorted(
+                    k
+                    for k in set(old_json) | set(new_json)
+                    if k not in ignore_on_resume and old_json.get(k) != new_json.get(k)
+                )
+                if diff:
+                    raise RunExistsError(
+                        f"{run.path} holds a run with a different config (fields {', '.join(diff)}); "
+                        "use another log directory, or --if-exists overwrite to start again"
+                    )
+                return run, True
+            for name in _RUN_FILES:
+                (run.path / name).unlink(missing_ok=True)
+            shutil.rmtree(run.path / "logs", ignore_errors=True)
+        run.path.mkdir(parents=True, exist_ok=True)
+        _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
+        return run, False
+
+    # ---- metrics -----------------------------------------------------------------------------
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every complete line of ``metrics.jsonl``."""
+        return list(_read_jsonl(self.metrics_path))
+
+    def append_metrics(self, line: Mapping[str, Any]) -> None:
+        """Append one step's line (flushed and synced before returning)."""
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(dict(line), allow_nan=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate_metrics(self, steps_done: int) -> None:
+        """Keep the lines of steps ``0..steps_done-1`` only (and drop a torn last line)."""
+        kept = [m for m in self.read_metrics() if int(m["step"]) < steps_done]
+        _write_atomic(self.metrics_path, "".join(json.dumps(m) + "\n" for m in kept))
+
+    # ---- checkpoint index ----------------------------------------------------------------------
+
+    def checkpoints(self) -> list[CheckpointRecord]:
+        """The checkpoint index, oldest first."""
+        return [CheckpointRecord.from_json(r) for r in _read_jsonl(self.index_path)]
+
+    def last_checkpoint(self) -> CheckpointRecord | None:
+        records = self.checkpoints()
+        return records[-1] if records else None
+
+    def add_checkpoint(self, record: CheckpointRecord) -> None:
+        """Add ``record`` to the index (the whole index is rewritten atomically)."""
+        records = [r for r in self.checkpoints() if r.name != record.name]
+        records.append(record)
+        _write_atomic(self.index_path, "".join(json.dumps(r.to_json()) + "\n" for r in records))
+
+    # ---- run state -----------------------------------------------------------------------------
+
+    def read_state(self) -> dict[str, Any]:
+        """The values recorded with :meth:`update_state` (empty for a new run)."""
+        if not self.state_path.is_file():
+            return {}
+        return cast("dict[str, Any]", json.loads(self.state_path.read_text()))
+
+    def update_state(self, **values: Any) -> None:
+        """Record values that must survive a resume (written atomically)."""
+        state = self.read_state() | values
+        _write_atomic(self.state_path, json.dumps(state, indent=2) + "\n")

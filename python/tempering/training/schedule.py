@@ -1,0 +1,90 @@
+"""Learning-rate schedules and the Adam settings that go with them.
+
+A trainer asks :meth:`AdamConfig.adam_params` for the ``tinker.AdamParams`` of each step; the
+learning rate there comes from :meth:`LRSchedule.multiplier`, a pure function of (step, total
+steps), so a resumed run gets exactly the learning rates the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, TypeAlias
+
+import attrs
+import tinker
+
+__all__ = ["AdamConfig", "LRSchedule", "ScheduleKind"]
+
+ScheduleKind: TypeAlias = Literal["constant", "linear", "cosine"]
+
+
+def _non_negative(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+
+
+@attrs.frozen
+class LRSchedule:
+    """How the learning rate moves over a run: linear warmup, then constant, linear or cosine decay.
+
+    ``warmup_steps`` steps ramp the multiplier from ``1 / (warmup_steps + 1)`` to 1 (never 0: a
+    step with learning rate 0 would be wasted); the remaining steps decay from 1 to
+    ``min_lr_ratio`` (``"constant"`` stays at 1).
+
+    Example::
+
+        schedule = LRSchedule("cosine", warmup_steps=10, min_lr_ratio=0.1)
+        lr = base_lr * schedule.multiplier(step, total_steps)
+    """
+
+    kind: ScheduleKind = "linear"
+    warmup_steps: int = 0
+    min_lr_ratio: float = attrs.field(default=0.0, validator=_non_negative)
+
+    def multiplier(self, step: int, total_steps: int) -> float:
+        """The factor on the base learning rate at ``step`` (0-based) of ``total_steps``."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        if step < self.warmup_steps:
+            return (step + 1) / (self.warmup_steps + 1)
+        if self.kind == "constant":
+            return 1.0
+        decay_steps = max(total_steps - self.warmup_steps, 1)
+        progress = min((step - self.warmup_steps) / decay_steps, 1.0)
+        shape = 1.0 - progress if self.kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * shape
+
+
+@attrs.frozen
+class AdamConfig:
+    """Adam settings for every step of a run (``weight_decay`` is decoupled, as in AdamW;
+    ``grad_clip_norm`` clips the global gradient norm, 0 disables it).
+
+    Example::
+
+        adam = AdamConfig(learning_rate=1e-4, schedule=LRSchedule("cosine", warmup_steps=5))
+        client.optim_step(adam.adam_params(step, total_steps))
+    """
+
+    learning_rate: float = attrs.field(default=1e-4, validator=_non_negative)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = attrs.field(default=0.0, validator=_non_negative)
+    grad_clip_norm: float = attrs.field(default=0.0, validator=_non_negative)
+    schedule: LRSchedule = LRSchedule()
+
+    def lr(self, step: int, total_steps: int) -> float:
+        """The learning rate of ``step`` (0-based) of ``total_steps``."""
+        return self.learning_rate * self.schedule.multiplier(step, total_steps)
+
+    def adam_params(self, step: int, total_steps: int) -> tinker.AdamParams:
+        """The ``tinker.AdamParams`` for ``step`` (0-based) of ``total_steps``."""
+        return tinker.AdamParams(
+            learning_rate=self.lr(step, total_steps),
+            beta1=self.beta1,
+            beta2=self.beta2,
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+            grad_clip_norm=self.grad_clip_norm,
+        )

@@ -1,0 +1,129 @@
+"""The run directory, LR schedules and Adam settings: pure bookkeeping, no model."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tempering.training import (
+    AdamConfig,
+    CheckpointRecord,
+    LRSchedule,
+    ModelConfig,
+    ProgressBar,
+    RunConfig,
+    RunDir,
+    RunExistsError,
+    config_to_json,
+    format_duration,
+)
+
+
+@attrs.frozen(kw_only=True)
+class _Config:
+    run: RunConfig
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    adam: AdamConfig = attrs.field(factory=AdamConfig)
+    steps: int = 10
+
+
+def _config(tmp_path: Path) -> _Config:
+    return _Config(run=RunConfig(log_dir=str(tmp_path / "run")))
+
+
+def test_schedules() -> None:
+    const = LRSchedule("constant", warmup_steps=3)
+    assert [const.multiplier(s, 10) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    linear = LRSchedule("linear")
+    assert linear.multiplier(0, 10) == 1.0
+    assert linear.multiplier(5, 10) == pytest.approx(0.5)
+    cosine = LRSchedule("cosine", warmup_steps=2, min_lr_ratio=0.1)
+    assert cosine.multiplier(2, 12) == pytest.approx(1.0)
+    assert cosine.multiplier(7, 12) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert cosine.multiplier(12, 12) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="min_lr_ratio"):
+        LRSchedule(min_lr_ratio=-1.0)
+
+
+def test_adam_params() -> None:
+    adam = AdamConfig(learning_rate=1e-3, weight_decay=0.1, grad_clip_norm=1.0, schedule=LRSchedule("linear"))
+    p = adam.adam_params(5, 10)
+    assert p.learning_rate == pytest.approx(5e-4)
+    assert (p.weight_decay, p.grad_clip_norm, p.beta1, p.beta2) == (0.1, 1.0, 0.9, 0.95)
+
+
+def test_configs_pickle_and_serialize(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    assert pickle.loads(pickle.dumps(config)) == config
+    raw = config_to_json(config)
+    assert raw["__type__"].endswith("_Config")
+    assert raw["adam"]["schedule"]["kind"] == "linear"
+    json.dumps(raw)
+
+
+def test_open_fresh_refuse_resume_overwrite(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    run, resumed = RunDir.open(config.run.log_dir, config, "refuse")
+    assert not resumed
+    assert run.config_path.is_file()
+    run.append_metrics({"step": 0, "loss": 1.0})
+    with pytest.raises(RunExistsError, match="--if-exists resume"):
+        RunDir.open(config.run.log_dir, config, "refuse")
+    _, resumed = RunDir.open(config.run.log_dir, config, "resume")
+    assert resumed
+    other = attrs.evolve(config, steps=11)
+    with pytest.raises(RunExistsError, match="fields steps"):
+        RunDir.open(config.run.log_dir, other, "resume")
+    # A different run section (e.g. if_exists itself) may change on resume.
+    moved = attrs.evolve(config, run=attrs.evolve(config.run, if_exists="refuse"))
+    assert RunDir.open(config.run.log_dir, moved, "resume", ignore_on_resume=frozenset({"run"}))[1]
+    run, resumed = RunDir.open(config.run.log_dir, other, "overwrite")
+    assert not resumed
+    assert run.read_metrics() == []
+
+
+def test_metrics_truncate_and_torn_lines(tmp_path: Path) -> None:
+    run, _ = RunDir.open(tmp_path / "r", _config(tmp_path))
+    for step in range(5):
+        run.append_metrics({"step": step, "loss": float(step)})
+    with run.metrics_path.open("a") as f:
+        f.write('{"step": 5, "lo')  # killed mid-write
+    assert [m["step"] for m in run.read_metrics()] == [0, 1, 2, 3, 4]
+    run.truncate_metrics(3)
+    assert [m["step"] for m in run.read_metrics()] == [0, 1, 2]
+    assert run.metrics_path.read_text().endswith("\n")
+
+
+def test_checkpoint_index_and_state(tmp_path: Path) -> None:
+    run, _ = RunDir.open(tmp_path / "r", _config(tmp_path))
+    assert run.last_checkpoint() is None
+    a = CheckpointRecord(name="step-000002", step=2, epoch=0, batch=2, state_path="tempering://x/weights/a")
+    b = attrs.evolve(a, name="final", step=4, batch=4, final=True, sampler_path="s")
+    run.add_checkpoint(a)
+    run.add_checkpoint(b)
+    assert run.checkpoints() == [a, b]
+    assert run.last_checkpoint() == b
+    run.update_state(reference_path="p")
+    run.update_state(other=1)
+    assert run.read_state() == {"reference_path": "p", "other": 1}
+
+
+def test_progress_bar() -> None:
+    out = io.StringIO()
+    bar = ProgressBar(total=4, start=1, stream=out)
+    for _ in range(3):
+        bar.update(1, {"loss": 0.5, "lr": 1e-3, "other": 2.0})
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("step 4/4 [####################] 100%")
+    assert "loss=0.5" in lines[-1]
+    assert "lr=0.001" in lines[-1]
+    assert "other" not in lines[-1]
+    assert format_duration(3725) == "1:02:05"
+    assert format_duration(65) == "1:05"
