@@ -1,10 +1,24 @@
-"""The ``tempering`` command line."""
+"""The ``tempering`` command line.
+
+``tempering sft|dpo|rm [flags]`` builds the trainer's attrs config from flags with ``tyro``
+(``--help`` lists every field, nested ones as ``--run.log-dir``, ``--adam.learning-rate``) and
+runs it; ``tempering demo`` and ``tempering tiny-model`` are plain ``argparse`` commands.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_TRAINERS = {
+    "sft": "supervised fine-tuning on chat data (docs/sft.md)",
+    "dpo": "direct preference optimization on labeled comparisons (docs/dpo.md)",
+    "rm": "a pairwise reward model trained on labeled comparisons (docs/dpo.md)",
+}
 
 
 def _demo(_args: argparse.Namespace) -> int:
@@ -23,16 +37,55 @@ def _tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_class(command: str) -> type[Any]:
+    if command == "sft":
+        from tempering.sft import SFTConfig
+
+        return SFTConfig
+    if command == "dpo":
+        from tempering.preference import DPOConfig
+
+        return DPOConfig
+    from tempering.preference import RewardModelConfig
+
+    return RewardModelConfig
+
+
+def _train(command: str, argv: Sequence[str]) -> int:
+    """Build the config of ``command`` from ``argv`` with tyro, run it, print the final metrics."""
+    import tyro
+
+    from tempering.training import RunExistsError
+
+    cls = _config_class(command)
+    config = tyro.cli(cls, args=list(argv), prog=f"tempering {command}", description=_TRAINERS[command])
+    run: Callable[[], Any] = config
+    try:
+        result = asyncio.run(run())
+    except RunExistsError as exc:
+        print(f"tempering {command}: {exc}", file=sys.stderr)
+        return 2
+    last = result.metrics[-1] if result.metrics else {}
+    summary = {k: v for k, v in last.items() if not k.startswith("time/")}
+    print(json.dumps({"final": result.final.state_path, "sampler": result.final.sampler_path, **summary}))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in _TRAINERS:
+        return _train(args_list[0], args_list[1:])
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in _TRAINERS.items():
+        sub.add_parser(name, help=f"{help_text}; see `tempering {name} --help`", add_help=False)
     demo = sub.add_parser("demo", help="run the main job on the local engine")
     demo.set_defaults(func=_demo)
     tiny = sub.add_parser("tiny-model", help="write the built-in tiny model to a directory")
     tiny.add_argument("directory", help="where to write it (created if needed)")
     tiny.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
     tiny.set_defaults(func=_tiny_model)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result
 

@@ -1,0 +1,682 @@
+"""The server's state: sessions, training models, samplers and the futures the SDK polls.
+
+Everything here except the model work runs on the event loop thread, so the bookkeeping needs
+no locks. Model work goes to threads:
+
+- each training model has one ordered queue (a single-thread :class:`Worker`); its first job
+  builds the model, and every later request runs there in the SDK's ``seq_id`` order;
+- each sampler is a ``tempering.local.LocalSamplingClient`` (its own thread, which coalesces
+  concurrent requests into one decoding batch).
+
+A base model is loaded once per directory and shared: each LoRA training client wraps a shallow
+structural copy of it whose frozen base parameters are the same tensors, and a sampler of the
+base model samples from it directly (nothing ever writes to the base weights).
+
+Sequence numbers: the SDK numbers each training client's requests 1, 2, 3, ... (``seq_id``),
+and may resend a request after a connection error. A request is executed once, in ``seq_id``
+order: a resend gets the future id of the first copy, and a request that arrives ahead of a gap
+waits for it (for at most :data:`GAP_TIMEOUT_S`, after which the waiting requests run in order
+and a warning is logged: a request the SDK reserved but never sent must not hang the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import logging
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeAlias, TypeVar
+
+import tinker
+from tinker import types as ttypes
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from tempering.local.checkpoints import SCHEME, CheckpointStore, LoraMeta
+from tempering.local.errors import IncompatibleCheckpointError, LocalEngineError
+from tempering.local.futures import Worker, set_torch_threads
+from tempering.local.model import (
+    LORA_ALPHA,
+    Placement,
+    apply_lora,
+    load_base_model,
+    load_tokenizer,
+    lora_targets,
+    move,
+    resolve_model_dir,
+    resolve_placement,
+)
+from tempering.local.sampling import LocalSamplingClient, SamplerModel
+from tempering.local.service import _build_trainer, load_sampler
+from tempering.local.tiny import TINY_MODEL
+from tempering.local.training import LocalTrainingClient, ModelSpec
+from tempering.serve.wire import (
+    ForwardBackwardCall,
+    WireError,
+    encode_forward_backward_output,
+    encode_sample_response,
+    proto_datums,
+)
+
+__all__ = ["GAP_TIMEOUT_S", "Engine", "Payload", "RequestError", "error_category", "to_local_path"]
+
+log = logging.getLogger("tempering.serve")
+
+GAP_TIMEOUT_S = 10.0
+"""How long a training request that arrived ahead of a missing ``seq_id`` waits for it."""
+
+_FUTURES_KEPT = 4096
+"""Finished futures kept for polling (oldest dropped first); unfinished ones are always kept."""
+
+_DEDUP_KEPT = 1024
+"""Sequence numbers remembered per model or sampler for recognising resent requests."""
+
+TINKER_SCHEME = "tinker://"
+
+Payload: TypeAlias = tuple[Literal["json"], dict[str, object]] | tuple[Literal["proto"], bytes]
+"""A finished request's result as it goes on the wire: a JSON object or protobuf bytes."""
+
+_T = TypeVar("_T")
+
+
+class RequestError(Exception):
+    """A request the server refuses at once, answered with ``status`` and a JSON message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_category(exc: BaseException) -> Literal["user", "server"]:
+    """Whether a failed request was the caller's mistake (bad data, unknown checkpoint, ...)."""
+    user = (LocalEngineError, WireError, ValueError, TypeError, KeyError, FileNotFoundError)
+    return "user" if isinstance(exc, user) else "server"
+
+
+def to_local_path(path: str) -> str:
+    """A ``tinker://`` path handed out by this server as the local store's ``tempering://`` path."""
+    if path.startswith(TINKER_SCHEME):
+        return SCHEME + path[len(TINKER_SCHEME) :]
+    raise RequestError(400, f"{path!r}: checkpoint paths start with {TINKER_SCHEME}")
+
+
+def _to_tinker_path(path: str) -> str:
+    return TINKER_SCHEME + path[len(SCHEME) :] if path.startswith(SCHEME) else path
+
+
+def _forward(source: ConcurrentFuture[_T], target: ConcurrentFuture[_T]) -> None:
+    """Copy ``source``'s outcome into ``target`` when it arrives."""
+
+    def done(f: ConcurrentFuture[_T]) -> None:
+        error = f.exception()
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(f.result())
+
+    source.add_done_callback(done)
+
+
+class FutureTable:
+    """Request ids and the futures behind them, for ``/retrieve_future``."""
+
+    def __init__(self) -> None:
+        self._futures: OrderedDict[str, ConcurrentFuture[Payload]] = OrderedDict()
+        self._ids = itertools.count(1)
+
+    def add(self, future: ConcurrentFuture[Payload]) -> str:
+        request_id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self._futures[request_id] = future
+        if len(self._futures) > _FUTURES_KEPT:
+            for old in [k for k, f in self._futures.items() if f.done()][
+                : len(self._futures) - _FUTURES_KEPT
+            ]:
+                del self._futures[old]
+        return request_id
+
+    def get(self, request_id: str) -> ConcurrentFuture[Payload] | None:
+        return self._futures.get(request_id)
+
+
+@dataclass
+class _Base:
+    """A base model loaded once and shared by every client of it."""
+
+    name: str
+    model_dir: Path
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+
+@dataclass
+class TrainingModel:
+    """One training client of the SDK: its ordered queue and its ``seq_id`` bookkeeping."""
+
+    model_id: str
+    session_id: str
+    queue: Worker
+    created: ConcurrentFuture[LocalTrainingClient]
+    create_request_id: str = ""
+    next_seq: int = 1
+    seen: OrderedDict[int, str] = field(default_factory=lambda: OrderedDict[int, str]())
+    waiting: dict[int, Callable[[], None]] = field(default_factory=lambda: dict[int, Callable[[], None]]())
+    gap_timer: asyncio.TimerHandle | None = None
+
+    def trainer(self) -> LocalTrainingClient:
+        """The built client (call on the queue, after the creation job)."""
+        return self.created.result()
+
+
+@dataclass
+class Sampler:
+    """One sampling session: a local sampling client and what ``/samplers/{id}`` reports."""
+
+    sampler_id: str
+    session_id: str
+    client: LocalSamplingClient
+    base_model: str
+    model_path: str | None
+    shared: bool
+    seen: OrderedDict[int, tuple[str, list[str]]] = field(
+        default_factory=lambda: OrderedDict[int, tuple[str, list[str]]]()
+    )
+
+
+def _remember(seen: OrderedDict[int, _T], key: int, value: _T) -> None:
+    seen[key] = value
+    while len(seen) > _DEDUP_KEPT:
+        seen.popitem(last=False)
+
+
+class Engine:
+    """The local engine behind the wire protocol (see the module docstring).
+
+    ``data_dir`` holds the checkpoint store (and the tiny model when it is asked for), so
+    ``tinker://`` paths handed out resolve after a restart.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+    ) -> None:
+        threads = os.environ.get("TEMPERING_NUM_THREADS")
+        if threads:
+            set_torch_threads(int(threads))
+        self.store = CheckpointStore(data_dir)
+        self.store.root.mkdir(parents=True, exist_ok=True)
+        self.placement: Placement = resolve_placement(device, dtype)
+        self.futures = FutureTable()
+        self.sessions: dict[str, bool] = {}
+        """Session id -> whether it is still open."""
+        self.models: dict[str, TrainingModel] = {}
+        self.samplers: dict[str, Sampler] = {}
+        self._bases: dict[Path, _Base] = {}
+        self._base_samplers: dict[Path, LocalSamplingClient] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._base_lock = threading.Lock()
+        self._loader = Worker("serve-loader")
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Remember the event loop that owns the bookkeeping (workers report back to it)."""
+        self.loop = loop
+
+    # ---- sessions ----------------------------------------------------------------------------
+
+    def create_session(self) -> str:
+        session_id = f"session-{uuid.uuid4().hex[:16]}"
+        self.sessions[session_id] = True
+        return session_id
+
+    def open_session(self, session_id: str) -> None:
+        """Check that ``session_id`` exists and is not finished."""
+        state = self.sessions.get(session_id)
+        if state is None:
+            raise RequestError(404, f"unknown session {session_id!r}")
+        if not state:
+            raise RequestError(410, f"session {session_id!r} has finished")
+
+    def finish_session(self, session_id: str) -> None:
+        """Mark the session finished and release its models and samplers (queued work first)."""
+        if session_id not in self.sessions:
+            raise RequestError(404, f"unknown session {session_id!r}")
+        self.sessions[session_id] = False
+        for model_id in [m for m, model in self.models.items() if model.session_id == session_id]:
+            model = self.models.pop(model_id)
+            model.queue.submit(lambda model=model: model.trainer().close())
+            model.queue.close(wait=False)
+        for sampler_id in [s for s, sampler in self.samplers.items() if sampler.session_id == session_id]:
+            sampler = self.samplers.pop(sampler_id)
+            if not sampler.shared:
+                threading.Thread(target=sampler.client.close, daemon=True).start()
+
+    # ---- base models ---------------------------------------------------------------------------
+
+    def model_dir(self, base_model: str) -> Path:
+        """The directory of ``base_model`` (``tempering/tiny`` or a local model directory)."""
+        try:
+            return resolve_model_dir(base_model, self.store.root)
+        except LocalEngineError as exc:
+            raise RequestError(404, str(exc)) from exc
+
+    def _base(self, base_model: str) -> _Base:
+        """Load ``base_model`` once (on the calling worker thread) and share it."""
+        model_dir = resolve_model_dir(base_model, self.store.root)
+        with self._base_lock:
+            base = self._bases.get(model_dir)
+            if base is None:
+                name = base_model if base_model == TINY_MODEL else str(model_dir)
+                model = load_base_model(model_dir, self.placement)
+                model.requires_grad_(False)
+                base = _Base(name, model_dir, model, load_tokenizer(model_dir))
+                self._bases[model_dir] = base
+            return base
+
+    def _lora_trainer(
+        self, base_model: str, lora: LoraMeta | tuple[int, bool, bool, bool], seed: int
+    ) -> LocalTrainingClient:
+        """A LoRA training client over the shared base: the module tree is copied, the base
+        parameters are not (they are frozen, and no client writes to them)."""
+        base = self._base(base_model)
+        if isinstance(lora, tuple):
+            rank, mlp, attn, unembed = lora
+            if rank < 1:
+                raise ValueError(f"LoRA rank must be >= 1, got {rank}")
+            targets = lora_targets(base.model, train_mlp=mlp, train_attn=attn, train_unembed=unembed)
+            lora = LoraMeta(rank=rank, alpha=LORA_ALPHA, target_modules=targets)
+        memo: dict[int, object] = {id(p): p for p in base.model.parameters()}
+        shell = copy.deepcopy(base.model, memo)
+        trained = apply_lora(shell, lora, seed)
+        move(trained, self.placement.device)
+        spec = ModelSpec(base.name, base.model_dir, lora)
+        return LocalTrainingClient(trained, spec, self.placement, base.tokenizer, self.store)
+
+    def _trainer_from_checkpoint(self, path: str, *, with_optimizer: bool) -> LocalTrainingClient:
+        checkpoint = self.store.load(path, with_optimizer=with_optimizer)
+        meta = checkpoint.meta
+        if meta.kind != "weights":
+            raise IncompatibleCheckpointError(
+                f"{_to_tinker_path(path)!r} was saved by save_weights_for_sampler; "
+                "training resumes from a save_state path"
+            )
+        if meta.lora is None:
+            trainer = _build_trainer(meta.base_model, None, 0, self.store, self.placement)
+        else:
+            trainer = self._lora_trainer(meta.base_model, meta.lora, 0)
+        trainer.restore(checkpoint, with_optimizer=with_optimizer)
+        return trainer
+
+    def _sampler_model(self, path: str) -> SamplerModel:
+        meta = self.store.read_meta(path)
+        if meta.lora is None:
+            return load_sampler(path, self.store, self.placement)
+        trainer = self._lora_trainer(meta.base_model, meta.lora, 0)
+        try:
+            trainer.restore(self.store.load(path), with_optimizer=False)
+            return trainer._snapshot()
+        finally:
+            trainer.close()
+
+    def _base_sampler(self, base_model: str, model_dir: Path) -> LocalSamplingClient:
+        """One sampling client per base model, shared by every sampling session of it (so that
+        their concurrent requests decode together); its weights load on the loader thread."""
+        client = self._base_samplers.get(model_dir)
+        if client is None:
+
+            def load() -> SamplerModel:
+                base = self._base(base_model)
+                return SamplerModel.create(
+                    base.model,
+                    base_model=base.name,
+                    model_dir=base.model_dir,
+                    placement=self.placement,
+                    tokenizer=base.tokenizer,
+                )
+
+            client = LocalSamplingClient(self._loader.submit(load).future())
+            self._base_samplers[model_dir] = client
+        return client
+
+    # ---- training models -----------------------------------------------------------------------
+
+    def model(self, model_id: str) -> TrainingModel:
+        model = self.models.get(model_id)
+        if model is None:
+            raise RequestError(404, f"unknown model {model_id!r} (finished session, or a restarted server)")
+        return model
+
+    def create_model(self, request: ttypes.CreateModelRequest) -> str:
+        if request.lora_config is None:
+            raise RequestError(400, "create_model: the local server trains LoRA adapters; give lora_config")
+        if not isinstance(request.optimizer_config, ttypes.AdamOptimizerConfig):
+            raise RequestError(400, "create_model: the local server implements the Adam optimizer only")
+        lora_config = request.lora_config
+        if lora_config.rank < 1:
+            raise RequestError(400, f"create_model: LoRA rank must be >= 1, got {lora_config.rank}")
+        self.model_dir(request.base_model)
+        shape = (lora_config.rank, lora_config.train_mlp, lora_config.train_attn, lora_config.train_unembed)
+        seed = lora_config.seed or 0
+        base_model = request.base_model
+        model_id = f"{request.session_id}:train:{request.model_seq_id}"
+        return self._register(
+            request.session_id,
+            request.model_seq_id,
+            lambda: self._lora_trainer(base_model, shape, seed),
+            lambda: ("json", {"model_id": model_id, "type": "create_model"}),
+        )
+
+    def create_model_from_state(self, request: ttypes.LoadWeightsRequest) -> str:
+        """``load_weights`` addressed by session: a new training model starting from a checkpoint."""
+        assert request.session_id is not None
+        assert request.model_seq_id is not None
+        path = to_local_path(request.path)
+        self.check_checkpoint(path)
+        with_optimizer = request.optimizer
+        model_id = f"{request.session_id}:train:{request.model_seq_id}"
+        tinker_path = request.path
+        return self._register(
+            request.session_id,
+            request.model_seq_id,
+            lambda: self._trainer_from_checkpoint(path, with_optimizer=with_optimizer),
+            lambda: ("json", {"path": tinker_path, "model_id": model_id, "type": "load_weights"}),
+        )
+
+    def _register(
+        self,
+        session_id: str,
+        model_seq_id: int,
+        build: Callable[[], LocalTrainingClient],
+        answer: Callable[[], Payload],
+    ) -> str:
+        self.open_session(session_id)
+        model_id = f"{session_id}:train:{model_seq_id}"
+        existing = self.models.get(model_id)
+        if existing is not None:
+            return existing.create_request_id
+        queue = Worker("serve-model")
+        created = queue.submit(build).future()
+        payload: ConcurrentFuture[Payload] = ConcurrentFuture()
+
+        def done(f: ConcurrentFuture[LocalTrainingClient]) -> None:
+            error = f.exception()
+            if error is not None:
+                payload.set_exception(error)
+            else:
+                payload.set_result(answer())
+
+        created.add_done_callback(done)
+        model = TrainingModel(model_id=model_id, session_id=session_id, queue=queue, created=created)
+        model.create_request_id = self.futures.add(payload)
+        self.models[model_id] = model
+        return model.create_request_id
+
+    def check_checkpoint(self, local_path: str) -> None:
+        """Refuse an unknown checkpoint at once (404) rather than through a failed future."""
+        try:
+            self.store.read_meta(local_path)
+        except LocalEngineError as exc:
+            status = 404 if isinstance(exc, FileNotFoundError) else 400
+            raise RequestError(status, str(exc).replace(SCHEME, TINKER_SCHEME)) from exc
+
+    def submit_ordered(
+        self, model_id: str, seq_id: int | None, job: Callable[[LocalTrainingClient], Payload]
+    ) -> str:
+        """Queue ``job`` on the model in ``seq_id`` order (see the module docstring)."""
+        model = self.model(model_id)
+        if seq_id is not None and seq_id in model.seen:
+            return model.seen[seq_id]
+        result: ConcurrentFuture[Payload] = ConcurrentFuture()
+        request_id = self.futures.add(result)
+
+        def dispatch() -> None:
+            _forward(model.queue.submit(lambda: job(model.trainer())).future(), result)
+
+        if seq_id is None:
+            dispatch()
+            return request_id
+        _remember(model.seen, seq_id, request_id)
+        if seq_id > model.next_seq:
+            model.waiting[seq_id] = dispatch
+            if model.gap_timer is None:
+                loop = asyncio.get_running_loop()
+                model.gap_timer = loop.call_later(GAP_TIMEOUT_S, self._close_gap, model)
+            return request_id
+        dispatch()
+        if seq_id == model.next_seq:
+            model.next_seq += 1
+            self._drain(model)
+        return request_id
+
+    def _drain(self, model: TrainingModel) -> None:
+        while model.next_seq in model.waiting:
+            model.waiting.pop(model.next_seq)()
+            model.next_seq += 1
+        if not model.waiting and model.gap_timer is not None:
+            model.gap_timer.cancel()
+            model.gap_timer = None
+
+    def _close_gap(self, model: TrainingModel) -> None:
+        model.gap_timer = None
+        if not model.waiting:
+            return
+        first = min(model.waiting)
+        log.warning(
+            "model %s: seq_id %d never arrived after %.0f s; running %d waiting request(s) in order",
+            model.model_id,
+            model.next_seq,
+            GAP_TIMEOUT_S,
+            len(model.waiting),
+        )
+        model.next_seq = first
+        self._drain(model)
+        if model.waiting:
+            model.gap_timer = asyncio.get_running_loop().call_later(GAP_TIMEOUT_S, self._close_gap, model)
+
+    # ---- training requests ---------------------------------------------------------------------
+
+    def forward_backward(self, call: ForwardBackwardCall) -> str:
+        loss_fn, config, forward_only, message = (
+            call.loss_fn,
+            call.loss_fn_config,
+            call.forward_only,
+            call.message,
+        )
+
+        def job(trainer: LocalTrainingClient) -> Payload:
+            data = proto_datums(message)
+            run = trainer.forward if forward_only else trainer.forward_backward
+            output = run(data, loss_fn, config).result()  # pyright: ignore[reportArgumentType]
+            return ("proto", encode_forward_backward_output(output))
+
+        return self.submit_ordered(call.model_id, call.seq_id, job)
+
+    def optim_step(self, request: ttypes.OptimStepRequest) -> str:
+        params = request.optim_params
+        if not isinstance(params, tinker.AdamParams):
+            raise RequestError(400, "optim_step: the local server implements AdamParams only")
+
+        def job(trainer: LocalTrainingClient) -> Payload:
+            response = trainer.optim_step(params).result()
+            return ("json", {"metrics": dict(response.metrics or {}), "type": "optim_step"})
+
+        return self.submit_ordered(request.model_id, request.seq_id, job)
+
+    def save_state(self, request: ttypes.SaveWeightsRequest) -> str:
+        name = request.path
+
+        def job(trainer: LocalTrainingClient) -> Payload:
+            response = trainer.save_state(name or f"state-{uuid.uuid4().hex[:12]}").result()
+            return ("json", {"path": _to_tinker_path(response.path), "type": "save_weights"})
+
+        return self.submit_ordered(request.model_id, request.seq_id, job)
+
+    def save_weights_for_sampler(self, request: ttypes.SaveWeightsForSamplerRequest) -> str:
+        model = self.model(request.model_id)
+        if request.path is not None:
+            name = request.path
+
+            def save(trainer: LocalTrainingClient) -> Payload:
+                response = trainer.save_weights_for_sampler(name).result()
+                return ("json", {"path": _to_tinker_path(response.path), "type": "save_weights_for_sampler"})
+
+            return self.submit_ordered(request.model_id, request.seq_id, save)
+        if request.sampling_session_seq_id is None:
+            raise RequestError(400, "save_weights_for_sampler: give path or sampling_session_seq_id")
+        sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
+        if request.seq_id is not None and request.seq_id in model.seen:
+            return model.seen[request.seq_id]
+
+        def snapshot(trainer: LocalTrainingClient) -> Payload:
+            # Runs in order on the model's queue, so the weights are those after every earlier
+            # request; the snapshot is taken before the next request starts.
+            client = LocalSamplingClient(trainer._snapshot())
+            base = str(trainer._spec.model_dir)
+            sampler = Sampler(sampler_id, model.session_id, client, base, None, shared=False)
+            self._loop_call(lambda: self.samplers.__setitem__(sampler_id, sampler))
+            return ("json", {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"})
+
+        return self.submit_ordered(request.model_id, request.seq_id, snapshot)
+
+    def _loop_call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the event loop and wait for it (called from a worker thread), so that
+        the sampler exists before the future that names it completes."""
+        done: ConcurrentFuture[None] = ConcurrentFuture()
+
+        def run() -> None:
+            try:
+                fn()
+                done.set_result(None)
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        assert self.loop is not None, "Engine.attach(loop) was not called"
+        self.loop.call_soon_threadsafe(run)
+        done.result(timeout=30)
+
+    def load_state(self, request: ttypes.LoadWeightsRequest) -> str:
+        assert request.model_id is not None
+        path = to_local_path(request.path)
+        self.check_checkpoint(path)
+        with_optimizer, tinker_path, model_id = request.optimizer, request.path, request.model_id
+
+        def job(trainer: LocalTrainingClient) -> Payload:
+            if with_optimizer:
+                trainer.load_state_with_optimizer(path).result()
+            else:
+                trainer.load_state(path).result()
+            return ("json", {"path": tinker_path, "model_id": model_id, "type": "load_weights"})
+
+        return self.submit_ordered(request.model_id, request.seq_id, job)
+
+    async def get_info(self, model_id: str) -> dict[str, object]:
+        model = self.model(model_id)
+        try:
+            trainer = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(model.created)), 60)
+        except TimeoutError as exc:
+            raise RequestError(409, f"model {model_id!r} is still loading") from exc
+        except Exception as exc:
+            raise RequestError(400, f"model {model_id!r} failed to load: {exc}") from exc
+        info = trainer.get_info()
+        model_dir = str(trainer._spec.model_dir)
+        return {
+            "type": "get_info",
+            "model_data": {"arch": info.model_data.arch, "model_name": model_dir, "tokenizer_id": model_dir},
+            "model_id": model_id,
+            "is_lora": info.is_lora,
+            "lora_rank": info.lora_rank,
+            "model_name": model_dir,
+        }
+
+    # ---- sampling ------------------------------------------------------------------------------
+
+    def create_sampling_session(self, request: ttypes.CreateSamplingSessionRequest) -> str:
+        self.open_session(request.session_id)
+        sampler_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
+        if sampler_id in self.samplers:
+            return sampler_id
+        if request.model_path is not None:
+            path = to_local_path(request.model_path)
+            self.check_checkpoint(path)
+            meta = self.store.read_meta(path)
+            model_dir = self.model_dir(meta.base_model)
+            weights = self._loader.submit(lambda: self._sampler_model(path)).future()
+            client = LocalSamplingClient(weights)
+            self.samplers[sampler_id] = Sampler(
+                sampler_id, request.session_id, client, str(model_dir), request.model_path, False
+            )
+            return sampler_id
+        if request.base_model is None:
+            raise RequestError(400, "create_sampling_session: give model_path or base_model")
+        model_dir = self.model_dir(request.base_model)
+        client = self._base_sampler(request.base_model, model_dir)
+        self.samplers[sampler_id] = Sampler(
+            sampler_id, request.session_id, client, str(model_dir), None, True
+        )
+        return sampler_id
+
+    def sampler(self, sampler_id: str) -> Sampler:
+        sampler = self.samplers.get(sampler_id)
+        if sampler is None:
+            raise RequestError(404, f"unknown sampler {sampler_id!r}")
+        return sampler
+
+    def sample(self, request: ttypes.SampleRequest) -> tuple[str, list[str]]:
+        if request.sampling_session_id is None:
+            raise RequestError(400, "asample: the local server samples through sampling sessions only")
+        for name, value in (
+            ("topk_prompt_logprobs", request.topk_prompt_logprobs),
+            ("topk_sample_logprobs", request.topk_sample_logprobs),
+            ("prompt_alt_tokens_k", request.prompt_alt_tokens_k),
+        ):
+            if value:
+                raise RequestError(400, f"asample: {name} is not supported by the local server")
+        if request.target_prompt_logprobs is not None or request.prompt_logprobs_last_n is not None:
+            raise RequestError(
+                400, "asample: target_prompt_logprobs and prompt_logprobs_last_n are not supported locally"
+            )
+        sampler = self.sampler(request.sampling_session_id)
+        seq = request.seq_id
+        if seq is not None and seq in sampler.seen:
+            return sampler.seen[seq]
+        local = sampler.client.sample(
+            request.prompt, request.num_samples, request.sampling_params, bool(request.prompt_logprobs)
+        ).future()
+        if local.done() and local.exception() is not None:
+            error = local.exception()
+            raise RequestError(400, f"asample: {error}")
+        result: ConcurrentFuture[Payload] = ConcurrentFuture()
+
+        def done(f: ConcurrentFuture[ttypes.SampleResponse]) -> None:
+            error = f.exception()
+            if error is not None:
+                result.set_exception(error)
+                return
+            try:
+                result.set_result(("proto", encode_sample_response(f.result())))
+            except Exception as exc:
+                result.set_exception(exc)
+
+        local.add_done_callback(done)
+        request_id = self.futures.add(result)
+        ids = [f"{sampler.sampler_id}:{seq}:{i}" for i in range(request.num_samples)]
+        if seq is not None:
+            _remember(sampler.seen, seq, (request_id, ids))
+        return request_id, ids
+
+    def close(self) -> None:
+        """Stop every queue (queued work is dropped; checkpoints on disk stay)."""
+        for model in self.models.values():
+            model.queue.close(wait=False)
+        self._loader.close(wait=False)
+        for client in self._base_samplers.values():
+            client.close()

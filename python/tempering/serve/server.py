@@ -1,0 +1,94 @@
+"""Running the server: ``tempering serve`` binds a loopback port, prints where it listens once it
+accepts requests, and stops cleanly on SIGTERM or Ctrl-C (uvicorn's own signal handling)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import sys
+
+import uvicorn
+
+from tempering.serve.app import DEFAULT_MAX_REQUEST_BYTES, build_app
+from tempering.serve.engine import Engine
+
+__all__ = ["generate_api_key", "serve"]
+
+_SHUTDOWN_GRACE_S = 3
+"""On SIGTERM, requests still open after this long (long polls) are dropped."""
+
+
+def generate_api_key() -> str:
+    """A fresh key in the shape the SDK accepts (it refuses keys without the ``tml-`` prefix)."""
+    return f"tml-local-{secrets.token_urlsafe(24)}"
+
+
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    log_level: str = "warning",
+) -> int:
+    """Serve until SIGTERM or Ctrl-C; returns the exit status.
+
+    ``api_key``: the key clients must send (generated and printed when None). ``data_dir``:
+    where checkpoints live (default ``$TEMPERING_HOME`` or ``~/.cache/tempering``). ``port`` 0
+    picks a free port; the line ``listening on http://HOST:PORT`` names it.
+    """
+    if api_key is None:
+        api_key = generate_api_key()
+        print(f"API key (generated): {api_key}", flush=True)
+    if not api_key.startswith("tml-"):
+        print("warning: the tinker SDK refuses API keys that don't start with 'tml-'", file=sys.stderr)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    engine = Engine(data_dir if data_dir is not None else _default_data_dir(), device=device, dtype=dtype)
+    app = build_app(engine, api_key, max_request_bytes=max_request_bytes)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        print(f"error: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    bound_port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=_SHUTDOWN_GRACE_S,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    shown_host = f"[{host}]" if ":" in host else host
+    try:
+        asyncio.run(_run(server, sock, f"http://{shown_host}:{bound_port}"))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        engine.close()
+        sock.close()
+    return 0
+
+
+async def _run(server: uvicorn.Server, sock: socket.socket, url: str) -> None:
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        print(f"listening on {url}", flush=True)
+    await task
+
+
+def _default_data_dir() -> str:
+    from tempering.local.checkpoints import default_root
+
+    return str(default_root())

@@ -1,0 +1,179 @@
+"""Protobuf on the wire: ``forward_backward`` requests in, ``forward_backward`` and ``asample``
+results out, in the SDK's own schema (``tinker.proto.tinker_public_pb2``).
+
+The SDK sends ``forward_backward`` only as protobuf and accepts the results of
+``forward_backward`` and ``asample`` only as protobuf (it rejects JSON for them), so these three
+conversions are the whole binary surface of the server. Tensors travel as raw little-endian
+bytes; a batch of per-datum tensors as one buffer plus ``N + 1`` int64 *byte* offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tinker
+from tinker import types as ttypes
+from tinker.proto import tinker_public_pb2 as pb
+
+__all__ = [
+    "ForwardBackwardCall",
+    "WireError",
+    "decode_forward_backward",
+    "encode_forward_backward_output",
+    "encode_sample_response",
+    "proto_datums",
+]
+
+_NUMPY_OF_DTYPE: dict[int, np.dtype[np.generic]] = {
+    pb.DTYPE_FLOAT32: np.dtype(np.float32),
+    pb.DTYPE_INT64: np.dtype(np.int64),
+    pb.DTYPE_INT32: np.dtype(np.int32),
+}
+
+
+class WireError(ValueError):
+    """A request whose bytes don't decode to what the SDK sends (answered with a 400)."""
+
+
+@dataclass(frozen=True)
+class ForwardBackwardCall:
+    """A decoded ``/forward_backward`` request; ``message`` keeps the datums undecoded so that
+    converting them (the costly part) runs on the model's queue, off the event loop."""
+
+    model_id: str
+    seq_id: int
+    loss_fn: str
+    loss_fn_config: dict[str, float | str] | None
+    forward_only: bool
+    message: pb.ForwardBackwardRequest
+
+
+def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
+    """Parse the protobuf body of ``/forward_backward``; raises :class:`WireError`."""
+    message = pb.ForwardBackwardRequest()
+    try:
+        message.ParseFromString(body)
+    except Exception as exc:  # google.protobuf.message.DecodeError, and others on garbage
+        raise WireError(
+            f"forward_backward: the body is not a ForwardBackwardRequest protobuf ({exc})"
+        ) from exc
+    if not message.model_id:
+        raise WireError("forward_backward: model_id is missing")
+    config: dict[str, float | str] | None = None
+    if message.loss_fn_config_v2:
+        config = {}
+        for key, value in message.loss_fn_config_v2.items():
+            config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
+    elif message.loss_fn_config:
+        config = {key: float(v) for key, v in message.loss_fn_config.items()}
+    return ForwardBackwardCall(
+        model_id=message.model_id,
+        seq_id=int(message.seq_id),
+        loss_fn=message.loss_fn,
+        loss_fn_config=config,
+        forward_only=bool(message.forward_only),
+        message=message,
+    )
+
+
+def _tensor(msg: pb.Tensor, where: str) -> tinker.TensorData:
+    np_dtype = _NUMPY_OF_DTYPE.get(msg.dtype)
+    if np_dtype is None:
+        raise WireError(f"{where}: unsupported tensor dtype {msg.dtype}")
+    if msg.WhichOneof("encoding") == "sparse_csr":
+        raise WireError(f"{where}: sparse tensors are not supported by the local engine")
+    if len(msg.dense) % np_dtype.itemsize:
+        raise WireError(f"{where}: {len(msg.dense)} bytes is not a whole number of {np_dtype} values")
+    array = np.frombuffer(msg.dense, dtype=np_dtype)
+    if np_dtype == np.int32:
+        array = array.astype(np.int64)
+    shape = [int(s) for s in msg.shape] or [array.size]
+    if int(np.prod(shape)) != array.size:
+        raise WireError(f"{where}: shape {shape} does not hold {array.size} values")
+    return tinker.TensorData.from_numpy(array.reshape(shape).copy())
+
+
+def proto_datums(message: pb.ForwardBackwardRequest) -> list[tinker.Datum]:
+    """The request's datums as ``tinker.Datum`` (token chunks only, as the local engine reads)."""
+    data: list[tinker.Datum] = []
+    for d, datum in enumerate(message.data):
+        chunks: list[ttypes.ModelInputChunk] = []
+        for chunk in datum.model_input:
+            kind = chunk.WhichOneof("chunk")
+            if kind != "encoded_text":
+                raise WireError(f"datum {d}: {kind} chunks are not supported by the local engine")
+            raw = chunk.encoded_text.tokens
+            if len(raw) % 4:
+                raise WireError(f"datum {d}: token bytes are not a whole number of int32 values")
+            tokens = np.frombuffer(raw, dtype=np.int32).tolist()
+            chunks.append(tinker.EncodedTextChunk(tokens=tokens))
+        inputs = {
+            name: _tensor(tensor, f"datum {d}, field {name!r}")
+            for name, tensor in datum.loss_fn_inputs.items()
+        }
+        data.append(tinker.Datum(model_input=tinker.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
+    return data
+
+
+def _batched(arrays: Sequence[np.ndarray], dtype: np.dtype[np.generic]) -> pb.BatchedTensor:
+    """One buffer and ``N + 1`` int64 byte offsets for arrays of one dtype and trailing shape."""
+    flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays]
+    sizes = np.fromiter((a.nbytes for a in flat), dtype=np.int64, count=len(flat))
+    offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes, dtype=np.int64)])
+    proto_dtype = pb.DTYPE_FLOAT32 if dtype == np.float32 else pb.DTYPE_INT64
+    return pb.BatchedTensor(
+        data=b"".join(a.tobytes() for a in flat),
+        offsets=offsets.tobytes(),
+        dtype=proto_dtype,
+        trailing_shape=list(arrays[0].shape[1:]) if arrays else [],
+    )
+
+
+def encode_forward_backward_output(output: ttypes.ForwardBackwardOutput) -> bytes:
+    """A ``ForwardBackwardOutput`` as the SDK's protobuf.
+
+    Datums whose outputs share dtype and trailing shape go in one ``ArrayRecord``; a change
+    (1-D and 2-D targets mixed in one batch) starts the next record, as the SDK's reader allows.
+    """
+    message = pb.ForwardBackwardOutput(loss_fn_output_type=output.loss_fn_output_type)
+    for key, value in output.metrics.items():
+        message.metrics[key] = float(value)
+    outputs: list[Mapping[str, tinker.TensorData]] = list(output.loss_fn_outputs)
+    start = 0
+    while start < len(outputs):
+        names = sorted(outputs[start])
+        arrays = [{n: outputs[start][n].to_numpy() for n in names}]
+        signature = {n: (a.dtype, a.shape[1:]) for n, a in arrays[0].items()}
+        end = start + 1
+        while end < len(outputs) and sorted(outputs[end]) == names:
+            candidate = {n: outputs[end][n].to_numpy() for n in names}
+            if {n: (a.dtype, a.shape[1:]) for n, a in candidate.items()} != signature:
+                break
+            arrays.append(candidate)
+            end += 1
+        record = message.loss_fn_outputs.add(num_datums=end - start)
+        for n in names:
+            dtype = np.dtype(np.float32) if arrays[0][n].dtype.kind == "f" else np.dtype(np.int64)
+            record.fields[n].CopyFrom(_batched([a[n] for a in arrays], dtype))
+        start = end
+    return message.SerializeToString()
+
+
+def encode_sample_response(response: ttypes.SampleResponse) -> bytes:
+    """A ``SampleResponse`` as the SDK's protobuf (int32 tokens, float32 logprobs; a missing
+    prompt logprob, the first token's, travels as NaN)."""
+    message = pb.SampleResponse()
+    for seq in response.sequences:
+        entry = message.sequences.add(
+            stop_reason=pb.STOP_REASON_STOP if seq.stop_reason == "stop" else pb.STOP_REASON_LENGTH,
+            tokens=np.asarray(seq.tokens, dtype=np.int32).tobytes(),
+        )
+        if seq.logprobs is not None:
+            entry.logprobs = np.asarray(seq.logprobs, dtype=np.float32).tobytes()
+    prompt = response.prompt_logprobs
+    if prompt is not None:
+        values = [np.nan if v is None else v for v in prompt]
+        message.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()
+    return message.SerializeToString()
