@@ -1,0 +1,59 @@
+"""Environments shipped with tempering.
+
+=======================================  ====================================================
+what                                     where
+=======================================  ====================================================
+single-turn question → graded answer     :class:`ProblemEnv`, :class:`ProblemGroupBuilder`,
+                                         :class:`ProblemDataset`
+chat-message envs through a renderer     :class:`MessageEnv`, :class:`MessageEnvAdapter`
+two-player games (self-play in a group)  :class:`NimGroupBuilder`
+pairwise-preference tournaments (RLHF)   :class:`PairwisePreferenceGroupBuilder`,
+                                         :class:`PreferenceModel`
+=======================================  ====================================================
+
+Example::
+
+    from tempering.envs import Problem, ProblemDataset, exact_match
+    dataset = ProblemDataset([Problem("2+2?", "4")], renderer, exact_match, batch_size=1, group_size=8)
+"""
+
+from tempering.envs.games import NimGame, NimGroupBuilder, NimPlayer
+from tempering.envs.message import MessageEnv, MessageEnvAdapter, MessageStepResult, OnFailure
+from tempering.envs.preference import (
+    CompletionEnv,
+    PairwisePreferenceGroupBuilder,
+    PreferenceModel,
+    tournament_scores,
+)
+from tempering.envs.problem import (
+    Grader,
+    Problem,
+    ProblemDataset,
+    ProblemEnv,
+    ProblemGroupBuilder,
+    exact_match,
+    first_number_match,
+    lowercase_fraction,
+)
+
+__all__ = [
+    "CompletionEnv",
+    "Grader",
+    "MessageEnv",
+    "MessageEnvAdapter",
+    "MessageStepResult",
+    "NimGame",
+    "NimGroupBuilder",
+    "NimPlayer",
+    "OnFailure",
+    "PairwisePreferenceGroupBuilder",
+    "PreferenceModel",
+    "Problem",
+    "ProblemDataset",
+    "ProblemEnv",
+    "ProblemGroupBuilder",
+    "exact_match",
+    "first_number_match",
+    "lowercase_fraction",
+    "tournament_scores",
+]

@@ -1,0 +1,218 @@
+"""Single-turn question → answer environments with a grader.
+
+:class:`ProblemEnv` renders a question as a generation prompt, parses the sampled answer with
+the renderer, and rewards ``format_coef * (parsed - 1) + correctness``: a clean parse costs
+nothing, an unparseable answer costs ``format_coef``; correctness (in ``[0, 1]``) comes from the
+grader. Metrics: ``format`` (1 when the answer parsed) and ``correct``.
+
+A :class:`ProblemGroupBuilder` makes ``G`` envs of one problem (so the group's first turn is one
+request with ``num_samples = G``); a :class:`ProblemDataset` yields ``P`` builders per batch,
+depending only on ``(seed, index)``.
+
+Example::
+
+    renderer = get_renderer("chatml", tokenizer)
+    builder = ProblemGroupBuilder(Problem("What is 2 + 2?", "4"), renderer, exact_match, group_size=8)
+    dataset = ProblemDataset(problems, renderer, exact_match, batch_size=16, group_size=8)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+import tinker
+
+from tempering_protocols import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Message,
+    Observation,
+    Renderer,
+    StepResult,
+    StopCondition,
+)
+
+__all__ = [
+    "Grader",
+    "Problem",
+    "ProblemDataset",
+    "ProblemEnv",
+    "ProblemGroupBuilder",
+    "exact_match",
+    "first_number_match",
+    "lowercase_fraction",
+]
+
+Grader = Callable[[str, str], float]
+"""``grader(response_text, reference_answer) -> correctness in [0, 1]``; must pickle (a
+module-level function or a picklable object)."""
+
+
+def exact_match(response: str, answer: str) -> float:
+    """1.0 when the response, stripped, equals the answer, else 0.0."""
+    return float(response.strip() == answer.strip())
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def first_number_match(response: str, answer: str) -> float:
+    """1.0 when the first number in the response equals the answer (as text), else 0.0."""
+    found = _NUMBER.search(response)
+    return float(found is not None and found.group(0) == answer.strip())
+
+
+def lowercase_fraction(response: str, answer: str) -> float:
+    """The fraction of the response's characters that are ASCII lowercase letters (0 when empty).
+
+    A dense reward a tiny model learns in a few steps (about 0.1 for random bytes).
+    """
+    del answer
+    if not response:
+        return 0.0
+    return sum("a" <= c <= "z" for c in response) / len(response)
+
+
+@attrs.frozen
+class Problem:
+    """A question and its reference answer."""
+
+    question: str
+    answer: str
+
+
+class ProblemEnv(Env):
+    """One question, one answer, graded. Single-use.
+
+    Example::
+
+        env = ProblemEnv(Problem("What is 2 + 2?", "4"), renderer, exact_match)
+        ob, stop = await env.initial_observation()
+        result = await env.step(sampled_tokens)   # reward, episode_done=True
+    """
+
+    def __init__(
+        self,
+        problem: Problem,
+        renderer: Renderer,
+        grader: Grader,
+        *,
+        format_coef: float = 0.1,
+        system_prompt: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.renderer = renderer
+        self.grader = grader
+        self.format_coef = format_coef
+        self.system_prompt = system_prompt
+        self._done = False
+
+    def messages(self) -> list[Message]:
+        """The prompt conversation."""
+        convo: list[Message] = []
+        if self.system_prompt is not None:
+            convo.append({"role": "system", "content": self.system_prompt})
+        convo.append({"role": "user", "content": self.problem.question})
+        return convo
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        return self.renderer.build_generation_prompt(self.messages()), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action, /) -> StepResult:
+        if self._done:
+            raise RuntimeError("ProblemEnv is single-use: the episode is over")
+        self._done = True
+        message, parsed = self.renderer.parse_response(action)
+        correct = float(self.grader(message["content"], self.problem.answer))
+        reward = self.format_coef * (float(parsed) - 1.0) + correct
+        return StepResult(
+            reward=reward,
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics={"format": float(parsed), "correct": correct},
+        )
+
+
+@attrs.frozen
+class ProblemGroupBuilder(EnvGroupBuilder):
+    """``group_size`` envs of one problem (they share the first observation).
+
+    Example::
+
+        ProblemGroupBuilder(Problem("2+2?", "4"), renderer, exact_match, group_size=8, tag="arith")
+    """
+
+    problem: Problem
+    renderer: Renderer = attrs.field(eq=False)
+    grader: Grader
+    group_size: int = 8
+    format_coef: float = 0.1
+    system_prompt: str | None = None
+    tag: str = "problems"
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [
+            ProblemEnv(
+                self.problem,
+                self.renderer,
+                self.grader,
+                format_coef=self.format_coef,
+                system_prompt=self.system_prompt,
+            )
+            for _ in range(self.group_size)
+        ]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+@attrs.frozen
+class ProblemDataset:
+    """``batch_size`` problems per batch, shuffled by ``seed`` (each epoch reshuffled), each a
+    group of ``group_size`` envs. ``len`` is ``n_batches`` (default: one pass).
+
+    Example::
+
+        ds = ProblemDataset(problems, renderer, exact_match, batch_size=4, group_size=8)
+        builders_P = ds.get_batch(0)
+    """
+
+    problems: Sequence[Problem]
+    renderer: Renderer = attrs.field(eq=False)
+    grader: Grader
+    batch_size: int
+    group_size: int
+    seed: int = 0
+    n_batches: int | None = None
+    format_coef: float = 0.1
+    system_prompt: str | None = None
+    tag: str = "problems"
+
+    def __len__(self) -> int:
+        if self.n_batches is not None:
+            return self.n_batches
+        return max(1, len(self.problems) // self.batch_size)
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        n = len(self.problems)
+        per_epoch = max(1, n // self.batch_size)
+        epoch, within = divmod(index, per_epoch)
+        order = np.random.default_rng([self.seed, epoch]).permutation(n)
+        picks = [order[(within * self.batch_size + i) % n] for i in range(self.batch_size)]
+        return [
+            ProblemGroupBuilder(
+                self.problems[int(i)],
+                self.renderer,
+                self.grader,
+                group_size=self.group_size,
+                format_coef=self.format_coef,
+                system_prompt=self.system_prompt,
+                tag=self.tag,
+            )
+            for i in picks
+        ]

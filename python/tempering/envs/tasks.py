@@ -1,0 +1,106 @@
+"""Ready-made RL dataset builders (picklable configs whose call builds ``(train, test)``).
+
+=============================  ===========================================================
+builder                        task
+=============================  ===========================================================
+:class:`LowercaseTask`         "reply in lowercase letters", reward = fraction of lowercase
+                               letters (dense; a tiny model learns it in a few steps)
+:class:`ArithmeticTask`        the shipped arithmetic questions, reward = the first number
+                               of the answer equals the reference
+=============================  ===========================================================
+
+Example::
+
+    train, test = await ArithmeticTask(batch_size=16, group_size=8)()
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from tempering.envs.problem import Problem, ProblemDataset, first_number_match, lowercase_fraction
+from tempering.renderers import get_renderer
+from tempering.training.loop import load_tokenizer
+from tempering_protocols import RLDataset
+
+__all__ = ["ArithmeticTask", "LowercaseTask"]
+
+_LOWERCASE_PROMPTS = ("Reply in lowercase.", "Say a word.", "Write letters.", "Answer quietly.")
+
+
+@attrs.frozen(kw_only=True)
+class LowercaseTask:
+    """``batch_size`` prompts × ``group_size`` samples, rewarded by the fraction of lowercase
+    letters in the reply; the test set is the same prompts (``n_test_batches`` batches)."""
+
+    base_model: str = "tempering/tiny"
+    renderer_name: str = "chatml"
+    batch_size: int = 4
+    group_size: int = 8
+    n_batches: int = 1000
+    n_test_batches: int = 1
+    seed: int = 0
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        renderer = get_renderer(self.renderer_name, load_tokenizer(self.base_model))
+        problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
+
+        def make(n: int, seed: int) -> ProblemDataset:
+            return ProblemDataset(
+                problems,
+                renderer,
+                lowercase_fraction,
+                batch_size=self.batch_size,
+                group_size=self.group_size,
+                seed=seed,
+                n_batches=n,
+                format_coef=0.0,
+                tag="lowercase",
+            )
+
+        return make(self.n_batches, self.seed), make(self.n_test_batches, self.seed + 1)
+
+
+@attrs.frozen(kw_only=True)
+class ArithmeticTask:
+    """The shipped arithmetic questions (``tempering.assets``): first user turn → reference
+    answer, graded by :func:`first_number_match`; the held-out file is the test set."""
+
+    base_model: str = "tempering/tiny"
+    renderer_name: str = "chatml"
+    batch_size: int = 16
+    group_size: int = 8
+    n_batches: int | None = None
+    seed: int = 0
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        from tempering import assets
+        from tempering.datasets import load_chat
+
+        renderer = get_renderer(self.renderer_name, load_tokenizer(self.base_model))
+
+        def problems(name: str) -> list[Problem]:
+            out: list[Problem] = []
+            for convo in load_chat(assets.path(name)).items:
+                messages = list(convo)
+                if len(messages) >= 2 and messages[0]["role"] == "user":
+                    out.append(Problem(messages[0]["content"], messages[1]["content"]))
+            return out
+
+        def make(items: list[Problem], n: int | None, seed: int) -> ProblemDataset:
+            return ProblemDataset(
+                items,
+                renderer,
+                first_number_match,
+                batch_size=self.batch_size,
+                group_size=self.group_size,
+                seed=seed,
+                n_batches=n,
+                tag="arithmetic",
+            )
+
+        test_items = problems("arithmetic_chat_test.jsonl")
+        return (
+            make(problems("arithmetic_chat.jsonl"), self.n_batches, self.seed),
+            make(test_items, 1, self.seed + 1),
+        )

@@ -1,0 +1,94 @@
+"""Token-level policies backed by a sampling client.
+
+:class:`TinkerTokenCompleter` implements :class:`tempering_protocols.TokenCompleter` over any
+:class:`tempering_protocols.SamplingClient` (the hosted service's or the local engine's), and
+also :class:`GroupTokenCompleter`: ``G`` samples of one observation in a single request
+(``num_samples = G``), which the rollout runner uses for a group's shared first turn.
+
+Every completer carries ``version``: the training step whose weights it samples from. The
+off-policy schedule compares it with the current step (see ``max_steps_off_policy``).
+
+Example::
+
+    policy = TinkerTokenCompleter(sampler, max_tokens=64, version=step)
+    ac = await policy(observation, stop)
+    acs_G = await policy.sample_group(observation, stop, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+import numpy as np
+import tinker
+
+from tempering_protocols import Observation, SamplingClient, StopCondition, TokensWithLogprobs
+
+__all__ = ["GroupTokenCompleter", "TinkerTokenCompleter", "policy_version"]
+
+
+@runtime_checkable
+class GroupTokenCompleter(Protocol):
+    """A token completer that can draw ``n`` samples of one observation in one request.
+
+    Example::
+
+        acs = await policy.sample_group(tinker.ModelInput.from_ints(prompt), [eos], 8)
+    """
+
+    async def __call__(self, model_input: Observation, stop: StopCondition, /) -> TokensWithLogprobs: ...
+
+    async def sample_group(
+        self, model_input: Observation, stop: StopCondition, n: int, /
+    ) -> Sequence[TokensWithLogprobs]: ...
+
+
+def policy_version(policy: object) -> int:
+    """The ``version`` attribute of a policy (the step of its weights), 0 when it has none."""
+    version = getattr(policy, "version", 0)
+    return version if isinstance(version, int) else 0
+
+
+@attrs.frozen
+class TinkerTokenCompleter:
+    """Samples actions from a ``SamplingClient``; logprobs come back with every token.
+
+    ``max_tokens`` bounds one turn; ``version`` is the training step of the weights.
+
+    Example::
+
+        policy = TinkerTokenCompleter(training_client.save_weights_and_get_sampling_client(),
+                                      max_tokens=32, temperature=1.0, version=3)
+    """
+
+    sampling_client: SamplingClient
+    max_tokens: int
+    temperature: float = 1.0
+    version: int = 0
+
+    def _params(self, stop: StopCondition) -> tinker.SamplingParams:
+        return tinker.SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, stop=stop)
+
+    async def __call__(self, model_input: Observation, stop: StopCondition, /) -> TokensWithLogprobs:
+        (ac,) = await self.sample_group(model_input, stop, 1)
+        return ac
+
+    async def sample_group(
+        self, model_input: Observation, stop: StopCondition, n: int, /
+    ) -> list[TokensWithLogprobs]:
+        """``n`` samples of one observation in one request (``num_samples = n``)."""
+        response = await self.sampling_client.sample(model_input, n, self._params(stop))
+        out: list[TokensWithLogprobs] = []
+        for seq in response.sequences:
+            if seq.logprobs is None:
+                raise ValueError("the sampling client returned no logprobs; RL needs them")
+            out.append(
+                TokensWithLogprobs(
+                    tokens=list(seq.tokens),
+                    maybe_logprobs=np.asarray(seq.logprobs, dtype=np.float32),
+                    stop_reason="length" if seq.stop_reason == "length" else "stop",
+                )
+            )
+        return out

@@ -1,0 +1,595 @@
+"""The RL training loop: one loop, three schedules.
+
+Shapes (docs/notation.md): ``P`` groups of a batch, ``G`` members of a group, ``D`` datums,
+``N`` token positions of a minibatch, ``S`` optimizer substeps of a step.
+
+Every step ``s`` takes ``P`` scored groups, splits them into ``S = num_substeps`` minibatches and,
+for each, computes advantages on the Rust core (constant-reward groups dropped and counted),
+packs datums, optionally adds a KL penalty against a reference policy and a distillation term
+from a teacher, and queues ``forward_backward`` + ``optim_step``. Where the groups come from is
+the schedule:
+
+==============  ======================================================================================
+schedule        groups of step ``s``
+==============  ======================================================================================
+``sync``        batch ``s`` sampled with the weights after step ``s-1``; all ``P`` groups finish,
+                then the ``S`` minibatches train (on-policy)
+``streaming``   batch ``s`` sampled with the weights after step ``s-1``; each minibatch trains as
+                soon as ``ceil(P / S)`` groups have finished (in finishing order)
+``async``       a producer samples batches ahead with the newest weights; step ``s`` takes the
+                first ``P`` finished groups whose sampler version ``v`` has ``s - v <=
+                max_steps_off_policy``; older ones are dropped or resampled (``stale_policy``),
+                and counted. The producer never runs more than ``max_steps_off_policy`` batches
+                ahead of training.
+==============  ======================================================================================
+
+Bookkeeping (run directory, ``metrics.jsonl``, checkpoints, exact resume, LR schedule, progress
+bar) is :mod:`tempering.training`'s: this module supplies what one step submits. Metrics
+(one line per step) include ``env/reward/mean``, ``env/<tag>/reward/mean``, ``env/correct``,
+``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``,
+``rollout/failed/<Type>``, ``tokens/sampled``, ``tokens/trained``, ``kl/sample_train_v1`` and
+``_v2`` (sampler vs. trainer logprobs), ``entropy/sampled``, ``optim/lr``, ``optim/grad_norm``,
+``time/{rollout,sampling,env,data,train,wait}`` and, every ``eval_every`` steps, ``test/…``.
+
+Example::
+
+    config = RLConfig(run=RunConfig(log_dir="/tmp/rl"), dataset=LowercaseTask(), max_tokens=8)
+    result = config()          # or: await train(config)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Literal, TypeAlias
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import tinker
+from tinker import types as ttypes
+
+from tempering._service import ServiceClient
+from tempering.rl.data import (
+    Baseline,
+    RaggedBatch,
+    compute_advantages,
+    reference_logprobs,
+    remove_constant_reward_groups,
+    strip_loss_inputs,
+    trajectories_to_batch,
+)
+from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
+from tempering.rl.policy import TinkerTokenCompleter
+from tempering.rl.rollouts import GroupRollout, RolloutConfig, RolloutLimits, rollout_batch, rollout_group
+from tempering.training.loop import ModelConfig, PendingStep, RunConfig, TrainingLoop, run_pipelined
+from tempering.training.rundir import CheckpointRecord
+from tempering.training.schedule import AdamConfig
+from tempering_protocols import (
+    EnvGroupBuilder,
+    Future,
+    RLDataset,
+    RLDatasetBuilder,
+    SamplingClient,
+    TrajectoryGroup,
+)
+
+__all__ = [
+    "LossName",
+    "RLConfig",
+    "RLResult",
+    "Schedule",
+    "StaleGroupFilter",
+    "is_fresh",
+    "rollout_metrics",
+    "train",
+]
+
+Schedule: TypeAlias = Literal["sync", "streaming", "async"]
+LossName: TypeAlias = Literal["importance_sampling", "ppo", "cispo", "dro"]
+StalePolicy: TypeAlias = Literal["drop", "resample"]
+Float32Array = npt.NDArray[np.float32]
+
+
+@attrs.frozen(kw_only=True)
+class RLConfig:
+    """Everything an RL run needs; picklable and JSON-recorded (``config.json``).
+
+    Calling the config runs the training (``asyncio.run(train(self))``).
+
+    Example::
+
+        RLConfig(run=RunConfig(log_dir="runs/rl"), dataset=ArithmeticTask(group_size=16),
+                 adam=AdamConfig(learning_rate=4e-5), loss_fn="ppo", schedule="streaming",
+                 num_substeps=4, max_tokens=256)()
+    """
+
+    run: RunConfig
+    dataset: RLDatasetBuilder
+    model: ModelConfig = ModelConfig()
+    adam: AdamConfig = AdamConfig(learning_rate=4e-5)
+    num_steps: int | None = None
+    """Training steps (batches); default: one pass over the train dataset."""
+    max_tokens: int = 64
+    """Tokens per sampled turn."""
+    temperature: float = 1.0
+    loss_fn: LossName = "importance_sampling"
+    loss_fn_config: Mapping[str, float] | None = None
+    normalize_advantages: bool = False
+    baseline: Baseline = "mean"
+    schedule: Schedule = "sync"
+    num_substeps: int = 1
+    max_steps_off_policy: int = 1
+    stale_policy: StalePolicy = "drop"
+    rollout: RolloutConfig = RolloutConfig()
+    kl_penalty_coef: float = 0.0
+    kl_reference: str | None = None
+    """Sampler weights path of the KL reference; ``None``: the base model."""
+    distill_teacher: str | None = None
+    """Sampler weights path of a teacher for on-policy distillation (``None``: off)."""
+    distill_coef: float = 1.0
+    env_workers: int = 0
+    """0: env work in the event loop; ``n > 0``: in ``n`` worker processes."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.num_substeps < 1:
+            raise ValueError(f"num_substeps must be >= 1, got {self.num_substeps}")
+        if self.max_steps_off_policy < 0:
+            raise ValueError(f"max_steps_off_policy must be >= 0, got {self.max_steps_off_policy}")
+
+    def __call__(self) -> RLResult:
+        return asyncio.run(train(self))
+
+
+@attrs.frozen
+class RLResult:
+    """What :func:`train` returns: the final checkpoint record and the metrics lines written by
+    this process (one per step)."""
+
+    final: CheckpointRecord
+    metrics: Sequence[Mapping[str, object]]
+
+
+# ------------------------------------------------------------------------------ staleness
+
+
+def is_fresh(sampler_version: int, step: int, max_steps_off_policy: int) -> bool:
+    """Whether samples from the weights of ``sampler_version`` may train step ``step``: at most
+    ``max_steps_off_policy`` steps old (``step - sampler_version <= max_steps_off_policy``).
+
+    Example::
+
+        is_fresh(3, 5, 2)   # True: two steps old
+        is_fresh(2, 5, 2)   # False: three steps old
+    """
+    return step - sampler_version <= max_steps_off_policy
+
+
+@attrs.define
+class StaleGroupFilter:
+    """Sorts finished groups for step ``step``: fresh ones are used, stale ones are dropped (or
+    handed back for resampling), and both are counted.
+
+    Example::
+
+        f = StaleGroupFilter(max_steps_off_policy=1)
+        fresh = f.accept(rollout, step=4)   # False when rollout.version < 3
+    """
+
+    max_steps_off_policy: int
+    n_stale: int = 0
+
+    def accept(self, rollout: GroupRollout, step: int) -> bool:
+        if is_fresh(rollout.version, step, self.max_steps_off_policy):
+            return True
+        self.n_stale += 1
+        return False
+
+
+# ------------------------------------------------------------------------------ metrics
+
+
+def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> dict[str, float]:
+    """Reward, correctness, episode-length, stop-reason, failure and token metrics of groups.
+
+    Keys: ``{prefix}/reward/mean`` and ``/std`` (over trajectories), ``{prefix}/<tag>/reward/mean``,
+    ``{prefix}/correct`` (mean of the ``correct`` step metric where envs report it),
+    ``{prefix}/turns``, ``{prefix}/end/<reason>``, ``{prefix}/stop/length`` (fraction of turns
+    that hit ``max_tokens``), ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and
+    ``tokens/sampled``.
+    """
+    rewards: list[float] = []
+    by_tag: defaultdict[str, list[float]] = defaultdict(list)
+    correct: list[float] = []
+    turns: list[int] = []
+    ends: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    n_turns = n_length = n_tokens = 0
+    n_failed_groups = 0
+    for r in rollouts:
+        failures.update(r.failures)
+        if r.group is None:
+            n_failed_groups += 1
+            continue
+        totals = r.group.get_total_rewards()
+        rewards += totals
+        for tag in r.tags:
+            by_tag[tag] += totals
+        ends.update(r.end_reasons_G)
+        for traj in r.group.trajectories_G:
+            turns.append(len(traj.transitions))
+            for t in traj.transitions:
+                n_turns += 1
+                n_tokens += len(t.ac.tokens)
+                n_length += t.ac.stop_reason == "length"
+                if "correct" in t.metrics:
+                    correct.append(float(t.metrics["correct"]))
+    out: dict[str, float] = {
+        f"{prefix}/reward/mean": float(np.mean(rewards)) if rewards else math.nan,
+        f"{prefix}/reward/std": float(np.std(rewards)) if rewards else math.nan,
+        f"{prefix}/turns": float(np.mean(turns)) if turns else math.nan,
+        f"{prefix}/stop/length": n_length / n_turns if n_turns else math.nan,
+        f"{prefix}/frac_groups_failed": n_failed_groups / len(rollouts) if rollouts else 0.0,
+        "tokens/sampled" if prefix == "env" else f"{prefix}/tokens/sampled": float(n_tokens),
+    }
+    if correct:
+        out[f"{prefix}/correct"] = float(np.mean(correct))
+    for tag, values in by_tag.items():
+        out[f"{prefix}/{tag}/reward/mean"] = float(np.mean(values))
+    n_ends = sum(ends.values())
+    for reason, count in ends.items():
+        out[f"{prefix}/end/{reason}"] = count / n_ends
+    for key, count in failures.items():
+        out[key if prefix == "env" else f"{prefix}/{key}"] = float(count)
+    return out
+
+
+def _mismatch_metrics(batch: RaggedBatch, fb: ttypes.ForwardBackwardOutput) -> dict[str, float]:
+    """Sampler-vs-trainer logprob mismatch and the sampled-token entropy estimate, over the
+    trained positions (``mask_N``)."""
+    outputs = [o["logprobs"].to_numpy().astype(np.float32, copy=False) for o in fb.loss_fn_outputs]
+    if not outputs:
+        return {}
+    trainer_N = np.concatenate(outputs)
+    if trainer_N.shape != batch.logprobs_N.shape:
+        return {}
+    mask_N = batch.mask_N > 0
+    n = int(mask_N.sum())
+    if n == 0:
+        return {}
+    diff = (batch.logprobs_N - trainer_N)[mask_N].astype(np.float64)
+    return {
+        "kl/sample_train_v1": float(diff.mean()),
+        "kl/sample_train_v2": float(0.5 * (diff**2).mean()),
+        "entropy/sampled": float(-batch.logprobs_N[mask_N].astype(np.float64).mean()),
+    }
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+@attrs.define
+class _Timers:
+    values: defaultdict[str, float] = attrs.field(factory=lambda: defaultdict(float))
+
+    def add(self, key: str, seconds: float) -> None:
+        self.values[f"time/{key}"] += seconds
+
+
+@attrs.define
+class _Substep:
+    fb: Future[ttypes.ForwardBackwardOutput]
+    opt: Future[ttypes.OptimStepResponse]
+    batch: RaggedBatch
+    extra: dict[str, float]
+
+
+class _Run:
+    """The state of one run: the loop, the datasets, the current policy, the async producer."""
+
+    def __init__(
+        self,
+        config: RLConfig,
+        loop: TrainingLoop,
+        train_ds: RLDataset,
+        test_ds: RLDataset | None,
+        executor: RolloutExecutor,
+    ) -> None:
+        self.config = config
+        self.loop = loop
+        self.train_ds = train_ds
+        self.test_ds = test_ds
+        self.executor = executor
+        self.limits = RolloutLimits.from_config(config.rollout)
+        self.policy = self._policy(loop.sampling_client(), loop.start_step)
+        self.reference: SamplingClient | None = None
+        self.teacher: SamplingClient | None = None
+        self.stale = StaleGroupFilter(config.max_steps_off_policy)
+        self.queue: asyncio.Queue[GroupRollout] = asyncio.Queue()
+        self.in_flight = 0
+        self.producer: asyncio.Task[None] | None = None
+        self.trained = asyncio.Condition()
+        self.steps_submitted = loop.start_step
+        self.starved = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _policy(self, client: SamplingClient, version: int) -> TinkerTokenCompleter:
+        return TinkerTokenCompleter(client, self.config.max_tokens, self.config.temperature, version)
+
+    def batch(self, step: int) -> Sequence[EnvGroupBuilder]:
+        return self.train_ds.get_batch(step % len(self.train_ds))
+
+    # -------------------------------------------------------------- where groups come from
+
+    async def minibatches(self, step: int, timers: _Timers) -> AsyncIterator[list[GroupRollout]]:
+        config = self.config
+        t0 = time.perf_counter()
+        if config.schedule == "async":
+            source = self._from_queue(step)
+            n_groups = len(self.batch(step))
+        else:
+            builders = self.batch(step)
+            n_groups = len(builders)
+            policy = self.policy
+            tasks = [
+                asyncio.ensure_future(
+                    rollout_group(
+                        b, policy, config.rollout, limits=self.limits, executor=self.executor, index=p
+                    )
+                )
+                for p, b in enumerate(builders)
+            ]
+            source = (
+                self._in_order(tasks) if config.schedule == "sync" else self._as_completed(tasks)
+            )
+        size = math.ceil(n_groups / config.num_substeps)
+        chunk: list[GroupRollout] = []
+        collected = 0
+        async for rollout in source:
+            chunk.append(rollout)
+            collected += 1
+            if len(chunk) == size or collected == n_groups:
+                timers.add("rollout", time.perf_counter() - t0)
+                yield chunk
+                chunk = []
+                t0 = time.perf_counter()
+                if collected == n_groups:
+                    return
+        if chunk:
+            timers.add("rollout", time.perf_counter() - t0)
+            yield chunk
+
+    @staticmethod
+    async def _in_order(tasks: list[asyncio.Future[GroupRollout]]) -> AsyncIterator[GroupRollout]:
+        for r in await asyncio.gather(*tasks):
+            yield r
+
+    @staticmethod
+    async def _as_completed(tasks: list[asyncio.Future[GroupRollout]]) -> AsyncIterator[GroupRollout]:
+        for next_done in asyncio.as_completed(tasks):
+            yield await next_done
+
+    async def _from_queue(self, step: int) -> AsyncIterator[GroupRollout]:
+        while True:
+            if self.queue.empty() and self.in_flight == 0 and self.producer is not None and self.producer.done():
+                return
+            if self.queue.empty() and self.in_flight == 0:
+                async with self.trained:  # nothing will arrive: let the producer start a batch
+                    self.starved = True
+                    self.trained.notify_all()
+            rollout = await self.queue.get()
+            if self.stale.accept(rollout, step):
+                yield rollout
+            elif self.config.stale_policy == "resample" and rollout.builder is not None:
+                self._spawn(rollout.builder, rollout.index)
+
+    def _spawn(self, builder: EnvGroupBuilder, index: int) -> None:
+        self.in_flight += 1
+        policy = self.policy
+
+        async def run() -> None:
+            try:
+                r = await rollout_group(
+                    builder, policy, self.config.rollout, limits=self.limits, executor=self.executor, index=index
+                )
+                await self.queue.put(r)
+            finally:
+                self.in_flight -= 1
+
+        task = asyncio.ensure_future(run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def produce(self) -> None:
+        """The async schedule's sampler: batch ``i`` starts once ``i - steps submitted <=
+        max_steps_off_policy``, with the newest weights."""
+        for i in range(self.loop.start_step, self.loop.total_steps):
+            async with self.trained:
+                await self.trained.wait_for(
+                    lambda i=i: self.starved or i - self.steps_submitted <= self.config.max_steps_off_policy
+                )
+                self.starved = False
+            for p, b in enumerate(self.batch(i)):
+                self._spawn(b, p)
+
+    # -------------------------------------------------------------- one step
+
+    async def _train_minibatch(
+        self, groups: list[TrajectoryGroup], step: int, timers: _Timers
+    ) -> _Substep | None:
+        config = self.config
+        t0 = time.perf_counter()
+        kept, _ = remove_constant_reward_groups(groups)
+        if not kept:
+            timers.add("data", time.perf_counter() - t0)
+            return None
+        advantages_P = compute_advantages(kept, normalize_std=config.normalize_advantages, baseline=config.baseline)
+        batch = trajectories_to_batch(kept, advantages_P)
+        extra: dict[str, float] = {}
+        timers.add("data", time.perf_counter() - t0)
+        if self.reference is not None or self.teacher is not None:
+            t1 = time.perf_counter()
+            data_D = batch.to_datums()
+            if self.teacher is not None:
+                teacher_N = self._flat(await reference_logprobs(data_D, self.teacher), batch)
+                reverse_kl_N = (batch.logprobs_N - teacher_N) * batch.mask_N
+                adv = (batch.advantages_N - config.distill_coef * reverse_kl_N).astype(np.float32)
+                batch = batch.with_advantages(adv)
+                n = float(batch.mask_N.sum())
+                extra["distill/reverse_kl"] = float(reverse_kl_N.sum() / n) if n else 0.0
+            if self.reference is not None:
+                ref_N = self._flat(await reference_logprobs(data_D, self.reference), batch)
+                batch, kl_metrics = batch.with_kl_penalty(ref_N, coef=config.kl_penalty_coef)
+                extra.update(kl_metrics)
+            timers.add("wait", time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        data_D = strip_loss_inputs(batch.to_datums(), config.loss_fn)
+        cfg = dict(config.loss_fn_config) if config.loss_fn_config is not None else None
+        fb = self.loop.client.forward_backward(data_D, config.loss_fn, cfg)
+        params = config.adam.adam_params(step, self.loop.total_steps)
+        opt = self.loop.client.optim_step(params)
+        extra["optim/lr"] = params.learning_rate
+        timers.add("train", time.perf_counter() - t2)
+        return _Substep(fb, opt, batch, extra)
+
+    @staticmethod
+    def _flat(per_datum: Sequence[npt.NDArray[np.float64]], batch: RaggedBatch) -> Float32Array:
+        flat = np.concatenate(per_datum) if per_datum else np.zeros(0)
+        # Unscored positions (NaN) count as agreeing with the sampler.
+        return np.where(np.isnan(flat), batch.logprobs_N, flat).astype(np.float32)
+
+    async def submit(self, step: int) -> PendingStep:
+        config = self.config
+        timers = _Timers()
+        used: list[GroupRollout] = []
+        substeps: list[_Substep] = []
+        n_constant = 0
+        stale_before = self.stale.n_stale
+        async for chunk in self.minibatches(step, timers):
+            used += chunk
+            groups = [r.group for r in chunk if r.group is not None]
+            if not groups:
+                continue
+            n_constant += remove_constant_reward_groups(groups)[1]
+            sub = await self._train_minibatch(groups, step, timers)
+            if sub is not None:
+                substeps.append(sub)
+        # The weights after this step sample the next one (queued behind its optim_step).
+        self.policy = self._policy(self.loop.sampling_client(), step + 1)
+        async with self.trained:
+            self.steps_submitted = step + 1
+            self.trained.notify_all()
+        metrics = rollout_metrics(used)
+        n_stale = self.stale.n_stale - stale_before
+        n_seen = len(used) + n_stale
+        n_failed = sum(r.group is None for r in used)
+        metrics["env/n_constant_reward_groups"] = float(n_constant)
+        metrics["env/frac_groups_dropped"] = (n_constant + n_failed + n_stale) / n_seen if n_seen else 0.0
+        metrics["optim/substeps"] = float(len(substeps))
+        if config.schedule == "async":
+            metrics["async/stale_groups"] = float(n_stale)
+            versions = [step - r.version for r in used]
+            metrics["async/mean_staleness"] = float(np.mean(versions)) if versions else 0.0
+        metrics["time/sampling"] = sum(r.sampling_s for r in used)
+        metrics["time/env"] = sum(r.env_s for r in used)
+        eval_metrics: dict[str, float] = {}
+        if self.test_ds is not None and self.loop.eval_due(step + 1):
+            eval_metrics = await self.evaluate()
+
+        async def finish() -> Mapping[str, float]:
+            t0 = time.perf_counter()
+            out = dict(metrics)
+            losses: list[float] = []
+            norms: list[float] = []
+            trained = 0.0
+            for sub in substeps:
+                fb = await sub.fb
+                opt = await sub.opt
+                losses.append(fb.metrics.get("loss:sum", math.nan))
+                if opt.metrics is not None and "grad_norm" in opt.metrics:
+                    norms.append(float(opt.metrics["grad_norm"]))
+                trained += float(sub.batch.mask_N.sum())
+                for k, v in {**_mismatch_metrics(sub.batch, fb), **sub.extra}.items():
+                    out[k] = out.get(k, 0.0) + v / len(substeps)
+            timers.add("wait", time.perf_counter() - t0)
+            out["tokens/trained"] = trained
+            if losses:
+                out["optim/loss_sum"] = float(np.mean(losses))
+            if norms:
+                out["optim/grad_norm"] = float(np.mean(norms))
+            out.update(timers.values)
+            out.update(eval_metrics)
+            return out
+
+        return finish
+
+    async def evaluate(self) -> dict[str, float]:
+        """Roll out every batch of the test dataset with the newest weights; ``test/…`` metrics."""
+        assert self.test_ds is not None
+        t0 = time.perf_counter()
+        rollouts: list[GroupRollout] = []
+        for i in range(len(self.test_ds)):
+            rollouts += await rollout_batch(
+                self.test_ds.get_batch(i), self.policy, self.config.rollout, limits=self.limits, executor=self.executor
+            )
+        out = rollout_metrics(rollouts, prefix="test")
+        out["time/eval"] = time.perf_counter() - t0
+        return out
+
+
+async def train(config: RLConfig, *, service: ServiceClient | None = None) -> RLResult:
+    """Run (or resume) the RL training described by ``config``; see the module docstring.
+
+    ``service``: a service client (default ``tempering.service_client()``).
+
+    Example::
+
+        result = await train(RLConfig(run=RunConfig(log_dir="runs/rl"), dataset=LowercaseTask()))
+        result.metrics[-1]["env/reward/mean"]
+    """
+    train_ds, test_ds = await config.dataset()
+    total = config.num_steps if config.num_steps is not None else len(train_ds)
+    loop = await TrainingLoop.open(
+        config.run,
+        config.model,
+        config,
+        total_steps=total,
+        batches_per_epoch=len(train_ds),
+        service=service,
+        progress_keys=("env/reward/mean", "optim/lr"),
+    )
+    executor: RolloutExecutor
+    pool: ProcessPoolExecutor | None = None
+    if config.env_workers > 0:
+        pool = ProcessPoolExecutor(config.env_workers)
+        executor = pool
+    else:
+        executor = InlineExecutor()
+    run = _Run(config, loop, train_ds, test_ds, executor)
+    lines_before = len(loop.run_dir.read_metrics())
+    try:
+        if config.kl_penalty_coef > 0:
+            run.reference = await loop.service.create_sampling_client(
+                model_path=config.kl_reference,
+                base_model=None if config.kl_reference is not None else config.model.base_model,
+            )
+        if config.distill_teacher is not None:
+            run.teacher = await loop.service.create_sampling_client(model_path=config.distill_teacher)
+        if config.schedule == "async":
+            run.producer = asyncio.ensure_future(run.produce())
+        await run_pipelined(loop, run.submit)
+        final = await loop.finish()
+    except BaseException:
+        loop.close()
+        raise
+    finally:
+        if run.producer is not None:
+            run.producer.cancel()
+        for task in list(run.tasks):
+            task.cancel()
+        if pool is not None:
+            pool.close()
+    return RLResult(final=final, metrics=loop.run_dir.read_metrics()[lines_before:])
