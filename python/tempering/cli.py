@@ -37,6 +37,21 @@ def _tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from tempering.serve import serve
+
+    return serve(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        data_dir=args.data_dir,
+        device=args.device,
+        dtype=args.dtype,
+        max_request_bytes=int(args.max_request_mb * 1024 * 1024),
+        log_level=args.log_level,
+    )
+
+
 def _config_class(command: str) -> type[Any]:
     if command == "sft":
         from tempering.sft import SFTConfig
@@ -85,6 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     tiny.add_argument("directory", help="where to write it (created if needed)")
     tiny.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
     tiny.set_defaults(func=_tiny_model)
+    srv = sub.add_parser("serve", help="serve the local engine to the official tinker SDK (docs/serve.md)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    srv.add_argument("--api-key", default=None, help="key clients must send (default: generated, printed)")
+    srv.add_argument("--data-dir", default=None, help="checkpoints (default $TEMPERING_HOME)")
+    srv.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default $TEMPERING_DEVICE or auto)")
+    srv.add_argument("--dtype", default=None, help="float32, bfloat16 (default $TEMPERING_DTYPE or auto)")
+    srv.add_argument("--max-request-mb", type=float, default=256, help="request size limit (default 256)")
+    srv.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    srv.set_defaults(func=_serve)
     args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result
