@@ -5,7 +5,8 @@ that is not one raises :class:`~tempering.datasets.DataError` naming the file an
 unless ``skip_bad_rows`` (then it is counted and logged).
 
 The conversion of rendered examples to ``tinker.Datum`` is not done here: a
-:class:`SupervisedChatDataset` takes a ``to_datums`` callable for it.
+:class:`SupervisedChatDataset` takes a ``to_datums`` callable for it (by default in
+:class:`ChatDatasetBuilder`, ``tempering.supervised.data.examples_to_datums``, the Rust path).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tempering.datasets._parse import Conversation, parse_chat_row
 from tempering.datasets._rows import BadRows, Format, infer_format, parse_rows
 from tempering.datasets.batches import BatchedDataset, MixtureDataset, batched, interleave, shuffle_buffer
 from tempering.renderers import get_renderer, render_supervised_batch_sync
+from tempering.supervised.data import examples_to_datums
 from tempering_protocols import Renderer, SupervisedExample, Tokenizer, TrainOnWhat
 
 __all__ = [
@@ -214,8 +216,9 @@ class ChatDatasetBuilder:
     weight (:class:`MixtureDataset`, ``epoch_size`` items an epoch). ``tokenizer`` is a
     picklable factory (a module-level function or ``functools.partial``), called once per
     build. Held-out data: ``test_size`` conversations drawn from each source, plus every
-    conversation of ``test_sources``. ``to_datums`` turns rendered examples into datums;
-    :meth:`build_conversations` works without it.
+    conversation of ``test_sources``. ``to_datums`` turns rendered examples into datums
+    (default: ``tempering.supervised.data.examples_to_datums``; a ``functools.partial`` of it
+    sets ``max_length``); :meth:`build_conversations` works without it.
 
     Example::
 
@@ -224,7 +227,6 @@ class ChatDatasetBuilder:
             tokenizer=functools.partial(AutoTokenizer.from_pretrained, "Qwen/Qwen3-0.6B"),
             renderer_name="qwen3_disable_thinking",
             batch_size=32,
-            to_datums=examples_to_datums,
             test_size=50,
         )
         train, test = builder()
@@ -234,7 +236,7 @@ class ChatDatasetBuilder:
     tokenizer: Callable[[], Tokenizer]
     renderer_name: str
     batch_size: int
-    to_datums: ToDatums | None = None
+    to_datums: ToDatums | None = examples_to_datums
     train_on_what: TrainOnWhat = attrs.field(
         default=TrainOnWhat.LAST_ASSISTANT_MESSAGE, converter=TrainOnWhat
     )

@@ -247,7 +247,9 @@ class TrainingLoop:
     def _save(self, steps_done: int, *, final: bool) -> _PendingCheckpoint:
         name = "final" if final else f"step-{steps_done:06d}"
         epoch, batch = self.position(steps_done)
-        record = CheckpointRecord(name=name, step=steps_done, epoch=epoch, batch=batch, state_path="")
+        record = CheckpointRecord(
+            name=name, step=steps_done, epoch=epoch, batch=batch, state_path="", final=final
+        )
         return _PendingCheckpoint(record, self.client.save_state(name))
 
     async def complete_step(

@@ -1,0 +1,273 @@
+"""Supervised fine-tuning: batches of datums, cross-entropy, AdamW with a schedule, held-out NLL.
+
+One loop serves every supervised recipe: :func:`train_supervised` takes any
+``SupervisedDataset`` (chat SFT here, the pairwise reward model in
+``tempering.preference.reward_model``), and the run bookkeeping (client, run directory,
+checkpoints, exact resume, metrics) is :class:`tempering.training.TrainingLoop`'s.
+
+Shapes: ``data_D`` the datums of a batch; ``weights_T`` one datum's per-target weights.
+
+Example::
+
+    config = SFTConfig(run=RunConfig(log_dir="runs/sft"), data=ChatData(batch_size=16))
+    result = asyncio.run(config())   # or: tempering sft --run.log-dir runs/sft
+    result.metrics[-1]["test/nll"]
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import tinker
+
+from tempering import assets
+from tempering._service import ServiceClient
+from tempering.datasets import ChatDatasetBuilder, ChatSource
+from tempering.supervised.data import examples_to_datums
+from tempering.training import (
+    AdamConfig,
+    CheckpointRecord,
+    LRSchedule,
+    ModelConfig,
+    PendingStep,
+    RunConfig,
+    TrainingLoop,
+    load_tokenizer,
+    run_pipelined,
+)
+from tempering_protocols import (
+    SamplingClientEvaluator,
+    SupervisedDataset,
+    SupervisedDatasetBuilder,
+    TrainingClient,
+    TrainingClientEvaluator,
+    TrainOnWhat,
+)
+
+__all__ = [
+    "ASSET_PREFIX",
+    "ChatData",
+    "NLLEvaluator",
+    "SFTConfig",
+    "TrainResult",
+    "resolve_data_path",
+    "train_supervised",
+]
+
+ASSET_PREFIX = "tempering-assets:"
+"""A data path starting with this names a file shipped in ``tempering.assets``."""
+
+
+def resolve_data_path(path: str) -> str:
+    """``"tempering-assets:arithmetic_chat.jsonl"`` → the shipped file's path; other paths as given.
+
+    Configs keep the prefixed form, so ``config.json`` does not depend on the install location.
+    """
+    return str(assets.path(path[len(ASSET_PREFIX) :])) if path.startswith(ASSET_PREFIX) else path
+
+
+def _weight_sum(data_D: Sequence[tinker.Datum]) -> float:
+    return float(sum(float(d.loss_fn_inputs["weights"].to_numpy().sum()) for d in data_D))
+
+
+def _token_count(data_D: Sequence[tinker.Datum]) -> int:
+    return sum(d.model_input.length for d in data_D)
+
+
+@attrs.frozen
+class NLLEvaluator:
+    """Mean negative log-likelihood per trained token of a held-out dataset (``test/nll``).
+
+    Runs ``forward`` (no gradients) over every batch of ``dataset`` (epoch 0). Satisfies
+    ``TrainingClientEvaluator``.
+
+    Example::
+
+        metrics = await NLLEvaluator(test_ds)(training_client)   # {"test/nll": 1.93}
+    """
+
+    dataset: SupervisedDataset
+    name: str = "test"
+
+    async def __call__(self, training_client: TrainingClient, /) -> dict[str, float]:
+        self.dataset.set_epoch(0)
+        batches = [list(self.dataset.get_batch(i)) for i in range(len(self.dataset))]
+        futures = [training_client.forward(data_D, "cross_entropy") for data_D in batches]
+        total = 0.0
+        for future in futures:
+            total += (await future).metrics["loss:sum"]
+        weight = sum(_weight_sum(data_D) for data_D in batches)
+        return {f"{self.name}/nll": total / max(weight, 1e-9)}
+
+
+@attrs.frozen
+class TrainResult:
+    """What a finished run leaves: its final checkpoint record and every metrics line."""
+
+    final: CheckpointRecord
+    metrics: list[dict[str, Any]]
+
+
+async def _evaluate(
+    client: TrainingClient,
+    training_evaluators: Sequence[TrainingClientEvaluator],
+    sampling_evaluators: Sequence[SamplingClientEvaluator],
+) -> dict[str, float]:
+    """Run the evaluators on the weights as they are once everything queued so far has run."""
+    out: dict[str, float] = {}
+    for evaluator in training_evaluators:
+        out |= await evaluator(client)
+    if sampling_evaluators:
+        sampler = client.save_weights_and_get_sampling_client()
+        for evaluator in sampling_evaluators:
+            out |= await evaluator(sampler)
+    return out
+
+
+async def train_supervised(
+    config: object,
+    *,
+    run: RunConfig,
+    model: ModelConfig,
+    adam: AdamConfig,
+    train: SupervisedDataset,
+    num_epochs: int = 1,
+    max_steps: int | None = None,
+    training_evaluators: Sequence[TrainingClientEvaluator] = (),
+    sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
+    service: ServiceClient | None = None,
+) -> TrainResult:
+    """Train on ``train`` with cross-entropy, ``num_epochs`` epochs (at most ``max_steps`` steps).
+
+    Each step is one batch: ``forward_backward`` then ``optim_step``, queued together; the next
+    step is queued before this one's results are read. The evaluators run before the first
+    step (``initial/…`` in step 0's line), every ``run.eval_every`` steps and after the last
+    (their metrics join that step's line); at those steps the pipeline waits for the evaluation.
+    ``config`` is what ``config.json`` records.
+
+    Metrics: ``loss`` (train NLL per trained token, before the step's update), ``lr``,
+    ``tokens``, ``tokens/trained``, ``optim/grad_norm``, the evaluators', ``time/…``.
+    """
+    batches_per_epoch = len(train)
+    total_steps = num_epochs * batches_per_epoch
+    if max_steps is not None:
+        total_steps = min(total_steps, max_steps)
+    loop = await TrainingLoop.open(
+        run, model, config, total_steps=total_steps, batches_per_epoch=batches_per_epoch, service=service
+    )
+    client = loop.client
+    initial: dict[str, float] = {}
+    if loop.start_step == 0 and (training_evaluators or sampling_evaluators):
+        evaluated = await _evaluate(client, training_evaluators, sampling_evaluators)
+        initial = {f"initial/{k}": v for k, v in evaluated.items()}
+    current_epoch = -1
+
+    async def submit(step: int) -> PendingStep:
+        nonlocal current_epoch
+        t0 = time.monotonic()
+        epoch, index = loop.position(step)
+        if epoch != current_epoch:
+            train.set_epoch(epoch)
+            current_epoch = epoch
+        data_D = list(train.get_batch(index))
+        weight = _weight_sum(data_D)
+        params = adam.adam_params(step, total_steps)
+        t_data = time.monotonic() - t0
+        fb = client.forward_backward(data_D, "cross_entropy")
+        opt = client.optim_step(params)
+        evaluated: dict[str, float] = {}
+        if (training_evaluators or sampling_evaluators) and loop.eval_due(step + 1):
+            t_eval = time.monotonic()
+            evaluated = await _evaluate(client, training_evaluators, sampling_evaluators)
+            evaluated["time/eval"] = time.monotonic() - t_eval
+
+        async def finish() -> Mapping[str, float]:
+            fb_out, opt_out = await fb, await opt
+            metrics: dict[str, float] = {
+                "loss": fb_out.metrics["loss:sum"] / max(weight, 1e-9),
+                "lr": params.learning_rate,
+                "tokens": float(_token_count(data_D)),
+                "tokens/trained": weight,
+            }
+            metrics |= {f"optim/{k}": v for k, v in (opt_out.metrics or {}).items()}
+            metrics["time/data"] = t_data
+            if step == 0:
+                metrics |= initial
+            return metrics | evaluated
+
+        return finish
+
+    await run_pipelined(loop, submit)
+    final = await loop.finish()
+    return TrainResult(final=final, metrics=loop.run_dir.read_metrics())
+
+
+@attrs.frozen(kw_only=True)
+class ChatData:
+    """Chat conversations for SFT: a JSONL/JSON/Parquet/Arrow file of ``{"messages": [...]}``.
+
+    ``test_path``: held-out conversations (plus ``test_size`` drawn from ``path``); paths may
+    name shipped files as ``tempering-assets:<name>``. ``max_length``: truncate datums to this
+    many tokens. Calling it with the model builds a picklable ``ChatDatasetBuilder``.
+    """
+
+    path: str = ASSET_PREFIX + "arithmetic_chat.jsonl"
+    test_path: str | None = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
+    test_size: int = 0
+    batch_size: int = 16
+    max_length: int | None = None
+    train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
+    seed: int = 0
+
+    def __call__(self, model: ModelConfig) -> SupervisedDatasetBuilder:
+        return ChatDatasetBuilder(
+            sources=(ChatSource(resolve_data_path(self.path)),),
+            tokenizer=functools.partial(load_tokenizer, model.base_model),
+            renderer_name=model.renderer_name,
+            batch_size=self.batch_size,
+            to_datums=functools.partial(examples_to_datums, max_length=self.max_length),
+            train_on_what=self.train_on_what,
+            test_sources=() if self.test_path is None else (ChatSource(resolve_data_path(self.test_path)),),
+            test_size=self.test_size,
+            seed=self.seed,
+        )
+
+
+def _sft_adam() -> AdamConfig:
+    return AdamConfig(learning_rate=2e-3, schedule=LRSchedule("linear", warmup_steps=2))
+
+
+@attrs.frozen(kw_only=True)
+class SFTConfig:
+    """A supervised fine-tuning run. Picklable; calling it (``await config()``) runs it.
+
+    Example::
+
+        config = SFTConfig(run=RunConfig(log_dir="runs/sft"), max_steps=50)
+        result = asyncio.run(config())
+    """
+
+    run: RunConfig
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    data: ChatData = attrs.field(factory=ChatData)
+    adam: AdamConfig = attrs.field(factory=_sft_adam)
+    num_epochs: int = 1
+    max_steps: int | None = None
+
+    async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
+        train, test = self.data(self.model)()
+        return await train_supervised(
+            self,
+            run=self.run,
+            model=self.model,
+            adam=self.adam,
+            train=train,
+            num_epochs=self.num_epochs,
+            max_steps=self.max_steps,
+            training_evaluators=[NLLEvaluator(test)] if test is not None else [],
+            service=service,
+        )
