@@ -88,9 +88,11 @@ impl<T: Copy> Blocks<T> {
     }
 }
 
-/// What the extraction reads from lists: ints and floats.
+/// What the extraction reads from lists: token ids (as `i32` when a whole list fits, which
+/// halves the memory; otherwise `i64`) and floats (`f64`, exactly as Python holds them).
 #[derive(Default)]
 pub struct Arena {
+    pub ints32: Blocks<i32>,
     pub ints: Blocks<i64>,
     pub floats: Blocks<f64>,
 }
@@ -99,6 +101,7 @@ pub struct Arena {
 pub enum TokOwner<'py> {
     I32(PyReadonlyArray1<'py, i32>),
     I64(PyReadonlyArray1<'py, i64>),
+    Arena32(Run),
     Arena(Run),
 }
 
@@ -108,6 +111,7 @@ impl TokOwner<'_> {
         match self {
             Self::I32(a) => Tokens::I32(a.as_slice().unwrap_or_default()),
             Self::I64(a) => Tokens::I64(a.as_slice().unwrap_or_default()),
+            Self::Arena32(r) => Tokens::I32(arena.ints32.get(r)),
             Self::Arena(r) => Tokens::I64(arena.ints.get(r)),
         }
     }
@@ -116,7 +120,7 @@ impl TokOwner<'_> {
         match self {
             Self::I32(a) => a.len(),
             Self::I64(a) => a.len(),
-            Self::Arena(r) => r.end - r.start,
+            Self::Arena32(r) | Self::Arena(r) => r.end - r.start,
         }
     }
 
@@ -255,6 +259,11 @@ fn fast_int(item: *mut ffi::PyObject) -> Option<i64> {
     }
 }
 
+/// An exact Python int that fits in `i32`.
+fn fast_int32(item: *mut ffi::PyObject) -> Option<i32> {
+    fast_int(item).and_then(|v| i32::try_from(v).ok())
+}
+
 /// An exact Python float as `f64`, without reference counting or running Python code.
 fn fast_float(item: *mut ffi::PyObject) -> Option<f64> {
     // SAFETY: `item` is a live object; an exact float converts without running Python code.
@@ -273,7 +282,7 @@ pub fn tokens<'py>(
     at: Location,
     what: &str,
     pos0: usize,
-    arena: &mut Blocks<i64>,
+    arena: &mut Arena,
 ) -> PyResult<TokOwner<'py>> {
     if let Ok(arr) = obj.cast::<PyUntypedArray>() {
         one_d(arr, at, what)?;
@@ -289,9 +298,14 @@ pub fn tokens<'py>(
         return Err(located(at, format!("{what}: expected token ids, got {}", type_name(obj))));
     }
     let read = if let Ok(list) = obj.cast::<PyList>() {
-        list_values(list, arena, fast_int, |item| item.extract::<i64>())
+        // Token ids fit in `i32`; a list that does not is read again as `i64` (and any real
+        // error is reported by that second read).
+        if let Ok(run) = list_values(list, &mut arena.ints32, fast_int32, |item| item.extract::<i32>()) {
+            return Ok(TokOwner::Arena32(run));
+        }
+        list_values(list, &mut arena.ints, fast_int, |item| item.extract::<i64>())
     } else {
-        iter_values(obj, arena, |item| item.extract::<i64>())
+        iter_values(obj, &mut arena.ints, |item| item.extract::<i64>())
     };
     read.map(TokOwner::Arena).map_err(|(i, item, err)| {
         let e = if i == usize::MAX {
@@ -437,7 +451,7 @@ impl<'py> ModelInputs<'py> {
         for (i, chunk) in items(&chunks, at, &format!("{what}.chunks"))?.into_iter().enumerate() {
             if chunk.get_type().is(text_type) || chunk.is_instance(text_type)? {
                 let toks = attr(&chunk, intern!(py, "tokens"), at)?;
-                let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena.ints)?;
+                let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena)?;
                 pos += owner.len();
                 self.chunks.push(ChunkSpec::Tokens(self.tokens.len()));
                 self.tokens.push(owner);

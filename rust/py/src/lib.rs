@@ -70,7 +70,7 @@ fn f64_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<f64>> {
 /// Offsets from an int32/int64 array or a sequence of ints; negative values are rejected.
 fn offsets_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<usize>> {
     let mut arena = extract::Arena::default();
-    let owner = tokens(obj, Location::default(), what, 0, &mut arena.ints)?;
+    let owner = tokens(obj, Location::default(), what, 0, &mut arena)?;
     let v = owner.view(&arena);
     (0..v.len())
         .map(|i| {
@@ -270,7 +270,7 @@ fn pack_trajectories<'py>(
                 let at = Location::transition(p, g, x);
                 let ob = inputs.read(&attr(tr, intern!(py, "ob"), at)?, at, "ob")?;
                 let ac = attr(tr, intern!(py, "ac"), at)?;
-                let toks = tokens(&attr(&ac, intern!(py, "tokens"), at)?, at, "ac.tokens", 0, &mut inputs.arena.ints)?;
+                let toks = tokens(&attr(&ac, intern!(py, "tokens"), at)?, at, "ac.tokens", 0, &mut inputs.arena)?;
                 let lp = attr(&ac, intern!(py, "maybe_logprobs"), at)?;
                 let lp = if lp.is_none() {
                     if !toks.is_empty() {
