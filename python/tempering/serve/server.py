@@ -7,8 +7,10 @@ import asyncio
 import logging
 import os
 import secrets
+import signal
 import socket
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -19,6 +21,14 @@ __all__ = ["generate_api_key", "serve"]
 
 _SHUTDOWN_GRACE_S = 3
 """On SIGTERM, requests still open after this long (long polls) are dropped."""
+
+
+class _TerminatedError(Exception):
+    """Raised by our SIGTERM handler once uvicorn has shut down and passes the signal on."""
+
+
+def _on_sigterm(_sig: int, _frame: FrameType | None) -> None:
+    raise _TerminatedError
 
 
 def generate_api_key() -> str:
@@ -69,13 +79,18 @@ def serve(
     )
     server = uvicorn.Server(config)
     shown_host = f"[{host}]" if ":" in host else host
+    # uvicorn handles SIGTERM and Ctrl-C itself (a graceful shutdown), then re-raises the signal
+    # to the handler that was there before it: make that handler end the process cleanly.
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         asyncio.run(_run(server, sock, f"http://{shown_host}:{bound_port}"))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _TerminatedError):
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         engine.close()
         sock.close()
+    print("stopped", flush=True)
     return 0
 
 

@@ -1,0 +1,90 @@
+"""Starting and stopping ``tempering serve`` in a subprocess, for the tests and the benchmark."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+API_KEY = "tml-serve-tests"
+_START_TIMEOUT_S = 120.0
+
+
+class ServerProcess:
+    """``tempering serve`` on a free loopback port (``--port 0``); :meth:`stop` always ends it.
+
+    Example::
+
+        server = ServerProcess(data_dir, home).start()
+        try:
+            client = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+        finally:
+            server.stop()
+    """
+
+    def __init__(self, data_dir: Path, home: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.home = home
+        self.extra = extra
+        self.url = ""
+        self.returncode: int | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+
+    def start(self) -> ServerProcess:
+        env = dict(os.environ)
+        env.update(
+            TEMPERING_HOME=str(self.home),
+            TEMPERING_NUM_THREADS="1",
+            TEMPERING_DEVICE="cpu",
+            TEMPERING_DTYPE="float32",
+            PYTHONUNBUFFERED="1",
+        )
+        command = [sys.executable, "-m", "tempering.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+        command += ["--api-key", API_KEY, "--data-dir", str(self.data_dir), *self.extra]
+        self._proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                if self._proc.poll() is not None:
+                    break
+                continue
+            if line.startswith("listening on "):
+                self.url = line.removeprefix("listening on ").strip()
+                return self
+        self.stop()
+        raise RuntimeError(f"the server did not start: {''.join(self.log)}")
+
+    def _pump(self) -> None:
+        assert self._proc is not None
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.log.append(line)
+            self._lines.put(line)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, then SIGKILL if it has not exited after ``timeout`` seconds."""
+        proc = self._proc
+        if proc is None:
+            return self.returncode
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.returncode = proc.returncode
+        self._proc = None
+        return self.returncode
