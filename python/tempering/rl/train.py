@@ -493,6 +493,7 @@ class _Run:
             metrics["async/stale_groups"] = float(n_stale)
             versions = [step - r.version for r in used]
             metrics["async/mean_staleness"] = float(np.mean(versions)) if versions else 0.0
+            metrics["async/max_staleness"] = float(max(versions)) if versions else 0.0
         metrics["time/sampling"] = sum(r.sampling_s for r in used)
         metrics["time/env"] = sum(r.env_s for r in used)
         eval_metrics: dict[str, float] = {}
