@@ -1,0 +1,72 @@
+"""Preference data for DPO and the reward model: which file, how it is split and batched, and
+how a comparison becomes the two datums DPO scores.
+
+Shapes: ``data_D`` interleaves each pair's datums, chosen first: ``D = 2 * pairs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import tinker
+
+from tempering.datasets import BatchedDataset, ComparisonDatasetBuilder
+from tempering.sft import ASSET_PREFIX, resolve_data_path
+from tempering.supervised.data import examples_to_datums
+from tempering_protocols import LabeledComparison, Renderer, TrainOnWhat
+
+__all__ = ["ComparisonData", "pair_datums", "reference_input"]
+
+
+@attrs.frozen(kw_only=True)
+class ComparisonData:
+    """Labeled comparisons (``{"prompt_conversation", "completion_A", "completion_B", "label"}``
+    or ``{"prompt", "chosen", "rejected"}`` rows); ``test_size`` pairs drawn from ``path`` are
+    held out, plus every pair of ``test_path``. ``tempering-assets:<name>`` names a shipped file.
+    """
+
+    path: str = ASSET_PREFIX + "arithmetic_preferences.jsonl"
+    test_path: str | None = None
+    test_size: int = 60
+    batch_size: int = 8
+    max_length: int | None = None
+    seed: int = 0
+
+    def __call__(
+        self,
+    ) -> tuple[BatchedDataset[LabeledComparison], BatchedDataset[LabeledComparison] | None]:
+        return ComparisonDatasetBuilder(
+            path=resolve_data_path(self.path),
+            batch_size=self.batch_size,
+            test_path=None if self.test_path is None else resolve_data_path(self.test_path),
+            test_size=self.test_size,
+            seed=self.seed,
+        )()
+
+
+def pair_datums(
+    renderer: Renderer, pairs: Sequence[LabeledComparison], max_length: int | None = None
+) -> list[tinker.Datum]:
+    """``data_D``: for each pair (ties left out), the chosen then the rejected conversation,
+    with weight on the completion's last assistant message only."""
+    conversations = []
+    for pair in pairs:
+        if pair.label == "Tie":
+            continue
+        c = pair.comparison
+        chosen, rejected = (
+            (c.completion_A, c.completion_B) if pair.label == "A" else (c.completion_B, c.completion_A)
+        )
+        conversations += [[*c.prompt_conversation, *chosen], [*c.prompt_conversation, *rejected]]
+    examples = [
+        renderer.build_supervised_example(conv, TrainOnWhat.LAST_ASSISTANT_MESSAGE) for conv in conversations
+    ]
+    return examples_to_datums(examples, max_length=max_length)
+
+
+def reference_input(datum: tinker.Datum) -> tinker.ModelInput:
+    """The whole sequence a datum trains on (its input plus the last target), for
+    ``SamplingClient.compute_logprobs``, whose result ``[1:]`` lines up with the datum's targets."""
+    targets_T = datum.loss_fn_inputs["target_tokens"].to_numpy()
+    return datum.model_input.append_int(int(targets_T[-1]))
