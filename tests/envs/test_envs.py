@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import pytest
@@ -28,7 +28,7 @@ from tempering.envs.tasks import ArithmeticTask, LowercaseTask
 from tempering.renderers import BaseRenderer
 from tempering.rl.data import trajectories_to_datums
 from tempering.rl.rollouts import MASK_TURN
-from tempering_protocols import EnvGroupBuilder, Message, Observation, StopCondition, TrajectoryGroup
+from tempering_protocols import Env, EnvGroupBuilder, Message, Observation, StopCondition
 from tempering_protocols.testing import check_env, check_env_group_builder, check_rl_dataset_builder
 
 
@@ -68,7 +68,9 @@ class CountingChat:
         turn = sum(m["role"] == "assistant" for m in self.history) + 1
         reward = float(message["content"] == str(turn))
         self.history += [message, {"role": "user", "content": "next"}]
-        return MessageStepResult(reward=reward, episode_done=turn >= self.turns, next_messages=list(self.history))
+        return MessageStepResult(
+            reward=reward, episode_done=turn >= self.turns, next_messages=list(self.history)
+        )
 
 
 @attrs.frozen
@@ -120,6 +122,7 @@ def test_task_builders_conform(task: object, renderer: BaseRenderer) -> None:
 
 def test_multi_turn_message_env_merges_into_one_datum(renderer: BaseRenderer) -> None:
     assert renderer.extends_prefix
+
     def count(ob: Observation, stop: StopCondition) -> list[int]:
         return _say(renderer, str(renderer.decode(ob.to_ints()).count("assistant")))
 
@@ -140,9 +143,12 @@ def test_message_env_parse_error_policies(renderer: BaseRenderer) -> None:
         return result.reward, result.metrics
 
     reward, metrics = asyncio.run(run("penalty"))
-    assert reward == -2.0 and metrics["message/parse_error"] == 1 and MASK_TURN not in metrics
+    assert reward == -2.0
+    assert metrics["message/parse_error"] == 1
+    assert MASK_TURN not in metrics
     reward, metrics = asyncio.run(run("mask"))
-    assert reward == 0.0 and metrics[MASK_TURN] == 1
+    assert reward == 0.0
+    assert metrics[MASK_TURN] == 1
 
 
 def test_message_env_context_overflow(renderer: BaseRenderer) -> None:
@@ -156,10 +162,14 @@ def test_message_env_context_overflow(renderer: BaseRenderer) -> None:
 
 
 def test_message_adapter_alone_passes_check_env(renderer: BaseRenderer) -> None:
-    check_env(MessageEnvAdapter(CountingChat(turns=3), renderer), actions=lambda ob, stop: _say(renderer, "1"))
+    check_env(
+        MessageEnvAdapter(CountingChat(turns=3), renderer), actions=lambda ob, stop: _say(renderer, "1")
+    )
 
 
-def _nim_moves(renderer: BaseRenderer, moves: dict[int, str]) -> object:
+def _nim_moves(
+    renderer: BaseRenderer, moves: dict[int, str]
+) -> Callable[[Observation, StopCondition], list[int]]:
     def act(ob: Observation, stop: StopCondition) -> list[int]:
         text = renderer.decode(ob.to_ints())
         pile = int(text.rsplit("Pile: ", 1)[1].split(".", 1)[0])
@@ -177,32 +187,35 @@ def test_nim_conformance_with_forfeit(renderer: BaseRenderer) -> None:
     assert group.final_rewards_G == [1.0, -1.0]
 
 
-async def _play_nim(builder: NimGroupBuilder, policy: object) -> TrajectoryGroup:
+async def _play_nim(
+    builder: NimGroupBuilder, policy: Callable[[Observation, StopCondition], list[int]]
+) -> list[tuple[float, dict[str, float | int]]]:
     envs = list(await builder.make_envs())
 
-    async def play(env: MessageEnvAdapter) -> list[float]:
+    async def play(env: Env) -> list[float]:
         ob, stop = await env.initial_observation()
         rewards = []
         while True:
-            result = await env.step(policy(ob, stop))  # type: ignore[operator]
+            result = await env.step(policy(ob, stop))
             rewards.append(result.reward)
             if result.episode_done:
                 return rewards
             ob, stop = result.next_observation, result.next_stop_condition
 
-    await asyncio.gather(*(play(e) for e in envs))  # type: ignore[arg-type]
-    scored = await builder.compute_group_rewards([], envs)
-    return TrajectoryGroup([], [], []) if not scored else scored  # type: ignore[return-value]
+    await asyncio.gather(*(play(e) for e in envs))
+    return await builder.compute_group_rewards([], envs)
 
 
 def test_nim_turn_taking_decides_the_winner(renderer: BaseRenderer) -> None:
     # Pile 5, both take 1 except at pile 3, where the mover takes 3 and wins.
     # p0: 5->4, p1: 4->3, p0: takes 3 -> wins.
-    scored = asyncio.run(_play_nim(NimGroupBuilder(renderer, pile=5, n_games=2), _nim_moves(renderer, {3: "3"})))
-    assert [r for r, _ in scored] == [1.0, -1.0, 1.0, -1.0]  # type: ignore[union-attr]
+    scored = asyncio.run(
+        _play_nim(NimGroupBuilder(renderer, pile=5, n_games=2), _nim_moves(renderer, {3: "3"}))
+    )
+    assert [r for r, _ in scored] == [1.0, -1.0, 1.0, -1.0]
     # An invalid move loses at once.
     scored = asyncio.run(_play_nim(NimGroupBuilder(renderer, pile=5), _nim_moves(renderer, {5: "9"})))
-    assert [r for r, _ in scored] == [-1.0, 1.0]  # type: ignore[union-attr]
+    assert [r for r, _ in scored] == [-1.0, 1.0]
 
 
 def test_tournament_scores_with_a_deterministic_model() -> None:
@@ -213,9 +226,9 @@ def test_tournament_scores_with_a_deterministic_model() -> None:
     assert sum(scores) == pytest.approx(len(completions) / 2)
     # Symmetric comparison cancels a pure position bias; asymmetric keeps it.
     assert asyncio.run(tournament_scores(FirstIsBetter(), prompt, completions)) == [0.5] * 4
-    assert asyncio.run(tournament_scores(FirstIsBetter(), prompt, completions, symmetric=False)) == pytest.approx(
-        [1.0, 2 / 3, 1 / 3, 0.0]
-    )
+    assert asyncio.run(
+        tournament_scores(FirstIsBetter(), prompt, completions, symmetric=False)
+    ) == pytest.approx([1.0, 2 / 3, 1 / 3, 0.0])
 
 
 def test_preference_group_scores_a_tournament(renderer: BaseRenderer) -> None:
@@ -224,7 +237,11 @@ def test_preference_group_scores_a_tournament(renderer: BaseRenderer) -> None:
     replies = itertools.cycle(["aaa", "a", "aa"])
     group = check_env_group_builder(builder, actions=lambda ob, stop: _say(renderer, next(replies)))
     by_length = sorted(
-        zip((len(t.transitions[0].ac.tokens) for t in group.trajectories_G), group.final_rewards_G, strict=True)
+        zip(
+            (len(t.transitions[0].ac.tokens) for t in group.trajectories_G),
+            group.final_rewards_G,
+            strict=True,
+        )
     )
     assert [r for _, r in by_length] == pytest.approx([0.0, 0.5, 1.0])
     assert [m["preference/win_rate"] for m in group.metrics_G] == pytest.approx(list(group.final_rewards_G))
@@ -233,4 +250,5 @@ def test_preference_group_scores_a_tournament(renderer: BaseRenderer) -> None:
 def test_observations_are_model_inputs(renderer: BaseRenderer) -> None:
     env = asyncio.run(ProblemGroupBuilder(Problem("q", "a"), renderer, exact_match).make_envs())[0]
     ob, stop = asyncio.run(env.initial_observation())
-    assert isinstance(ob, tinker.ModelInput) and stop == renderer.get_stop_sequences()
+    assert isinstance(ob, tinker.ModelInput)
+    assert stop == renderer.get_stop_sequences()

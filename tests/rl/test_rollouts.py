@@ -124,7 +124,8 @@ def test_shared_first_turn_is_one_request_with_num_samples_g() -> None:
     policy = ScriptedPolicy()
     r = asyncio.run(rollout_group(Group([{}] * 4), policy, RolloutConfig()))
     assert policy.requests == [4]
-    assert r.group is not None and r.group.get_total_rewards() == [1.0] * 4
+    assert r.group is not None
+    assert r.group.get_total_rewards() == [1.0] * 4
     assert r.n_sample_requests == 1
 
 
@@ -141,28 +142,34 @@ def test_multi_turn_after_shared_first_turn() -> None:
     policy = ScriptedPolicy()
     r = asyncio.run(rollout_group(Group([{"turns": 3}] * 2), policy, RolloutConfig()))
     assert policy.requests == [2, 1, 1, 1, 1]
-    assert r.group is not None and [len(t.transitions) for t in r.group.trajectories_G] == [3, 3]
+    assert r.group is not None
+    assert [len(t.transitions) for t in r.group.trajectories_G] == [3, 3]
 
 
 def test_sampling_concurrency_is_bounded() -> None:
     policy = ScriptedPolicy(delay=0.01)
     config = RolloutConfig(max_concurrent_samples=2, share_first_turn=False)
     out = asyncio.run(rollout_batch([Group([{}] * 3) for _ in range(4)], policy, config))
-    assert len(out) == 4 and policy.max_in_flight == 2 and len(policy.requests) == 12
+    assert len(out) == 4
+    assert policy.max_in_flight == 2
+    assert len(policy.requests) == 12
 
 
 def test_failing_env_fails_its_rollout_not_the_run() -> None:
     builder = Group([{}, {"fail_at": 0}, {}, {}])
     r = asyncio.run(rollout_group(builder, ScriptedPolicy(), RolloutConfig(min_group_fraction=0.5)))
     assert r.failures == {"rollout/failed/KeyError": 1}
-    assert r.n_failed == 1 and r.group is not None and len(r.group.trajectories_G) == 3
+    assert r.n_failed == 1
+    assert r.group is not None
+    assert len(r.group.trajectories_G) == 3
     assert builder.cleaned == 1
 
 
 def test_group_below_min_fraction_is_dropped_and_cleaned() -> None:
     builder = Group([{}, {"fail_at": 0}])
     r = asyncio.run(rollout_group(builder, ScriptedPolicy(), RolloutConfig(min_group_fraction=1.0)))
-    assert r.group is None and builder.cleaned == 1
+    assert r.group is None
+    assert builder.cleaned == 1
     assert rollout_metrics([r])["env/frac_groups_failed"] == 1.0
     assert rollout_metrics([r])["rollout/failed/KeyError"] == 1.0
 
@@ -170,7 +177,9 @@ def test_group_below_min_fraction_is_dropped_and_cleaned() -> None:
 def test_make_envs_failure_is_counted() -> None:
     builder = Group([{}], fail_make=True)
     r = asyncio.run(rollout_group(builder, ScriptedPolicy(), RolloutConfig()))
-    assert r.group is None and r.failures == {"rollout/failed/OSError": 1} and builder.cleaned == 1
+    assert r.group is None
+    assert r.failures == {"rollout/failed/OSError": 1}
+    assert builder.cleaned == 1
 
 
 def test_timeout_then_retry_on_a_fresh_env() -> None:
@@ -178,22 +187,28 @@ def test_timeout_then_retry_on_a_fresh_env() -> None:
     config = RolloutConfig(rollout_timeout_s=0.05, max_retries=1)
     r = asyncio.run(rollout_group(builder, ScriptedPolicy(), config))
     assert r.failures == {"rollout/failed/TimeoutError": 1}
-    assert r.group is not None and len(r.group.trajectories_G) == 2 and builder.made == 2
+    assert r.group is not None
+    assert len(r.group.trajectories_G) == 2
+    assert builder.made == 2
 
 
 def test_turn_and_token_budgets_end_episodes() -> None:
     r = asyncio.run(rollout_group(Group([{"turns": 10}]), ScriptedPolicy(), RolloutConfig(max_turns=3)))
-    assert r.group is not None and len(r.group.trajectories_G[0].transitions) == 3
-    assert r.end_reasons_G == ["max_turns"] and r.group.trajectories_G[0].transitions[-1].episode_done
+    assert r.group is not None
+    assert len(r.group.trajectories_G[0].transitions) == 3
+    assert r.end_reasons_G == ["max_turns"]
+    assert r.group.trajectories_G[0].transitions[-1].episode_done
     config = RolloutConfig(max_trajectory_tokens=5)  # 2 tokens a turn: ends after the third turn
     r = asyncio.run(rollout_group(Group([{"turns": 10}]), ScriptedPolicy(), config))
-    assert r.group is not None and r.end_reasons_G == ["token_budget"]
+    assert r.group is not None
+    assert r.end_reasons_G == ["token_budget"]
     assert len(r.group.trajectories_G[0].transitions) == 3
 
 
 def test_masked_turns_are_marked() -> None:
     r = asyncio.run(rollout_group(Group([{"mask_turns": True}]), ScriptedPolicy(), RolloutConfig()))
-    assert r.group is not None and r.group.trajectories_G[0].transitions[0].masked
+    assert r.group is not None
+    assert r.group.trajectories_G[0].transitions[0].masked
 
 
 def test_inline_executor_is_identity_and_limits_are_shared() -> None:
@@ -203,7 +218,9 @@ def test_inline_executor_is_identity_and_limits_are_shared() -> None:
     async def two() -> None:
         limits = RolloutLimits.from_config(RolloutConfig(max_concurrent_samples=1))
         policy = ScriptedPolicy(delay=0.01)
-        await asyncio.gather(*(rollout_group(Group([{}]), policy, RolloutConfig(), limits=limits) for _ in range(3)))
+        await asyncio.gather(
+            *(rollout_group(Group([{}]), policy, RolloutConfig(), limits=limits) for _ in range(3))
+        )
         assert policy.max_in_flight == 1
 
     asyncio.run(two())
@@ -220,14 +237,17 @@ def test_process_pool_executor_runs_env_work_in_workers() -> None:
     policy = ScriptedPolicy(answer=[ord("4")])
     policy_stop = [ord("4")]
     del policy_stop
-    builders = [ProblemGroupBuilder(Problem("2+2?", "4"), renderer, exact_match, group_size=3) for _ in range(2)]
+    builders = [
+        ProblemGroupBuilder(Problem("2+2?", "4"), renderer, exact_match, group_size=3) for _ in range(2)
+    ]
 
     async def go() -> None:
         with ProcessPoolExecutor(num_workers=1) as pool:
             policy.answer = [ord("4"), stop]
             out = await rollout_batch(builders, policy, RolloutConfig(), executor=pool)
             for r in out:
-                assert r.group is not None and r.group.get_total_rewards() == [1.0, 1.0, 1.0]
+                assert r.group is not None
+                assert r.group.get_total_rewards() == [1.0, 1.0, 1.0]
             assert policy.requests == [3, 3]
             # A failure inside a worker arrives by its type name.
             bad = ProblemGroupBuilder(Problem("2+2?", "4"), renderer, _raising_grader, group_size=2)
@@ -241,9 +261,10 @@ def _raising_grader(response: str, answer: str) -> float:
     return 1 / 0
 
 
-@pytest.mark.parametrize(("version", "step", "bound", "fresh"), [
-    (5, 5, 0, True), (4, 5, 0, False), (3, 5, 2, True), (2, 5, 2, False), (0, 1, 1, True), (0, 2, 1, False)
-])
+@pytest.mark.parametrize(
+    ("version", "step", "bound", "fresh"),
+    [(5, 5, 0, True), (4, 5, 0, False), (3, 5, 2, True), (2, 5, 2, False), (0, 1, 1, True), (0, 2, 1, False)],
+)
 def test_off_policy_bound_is_exact(version: int, step: int, bound: int, fresh: bool) -> None:
     assert is_fresh(version, step, bound) is fresh
     f = StaleGroupFilter(bound)

@@ -109,7 +109,9 @@ class PairwisePreferenceGroupBuilder(EnvGroupBuilder):
 
     async def make_envs(self) -> Sequence[Env]:
         return [
-            MessageEnvAdapter(CompletionEnv(self.prompt), self.renderer, on_parse_error="penalty", penalty=0.0)
+            MessageEnvAdapter(
+                CompletionEnv(self.prompt), self.renderer, on_parse_error="penalty", penalty=0.0
+            )
             for _ in range(self.group_size)
         ]
 

@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
 import pickle
 import threading
 from collections.abc import Sequence
@@ -118,7 +119,8 @@ def _worker_main(conn: multiprocessing.connection.Connection) -> None:
                     result = await groups[gid][1][g].initial_observation()
                 elif op == "step":
                     g, action = args
-                    assert isinstance(g, int) and isinstance(action, list)
+                    assert isinstance(g, int)
+                    assert isinstance(action, list)
                     result = await groups[gid][1][g].step(action)  # pyright: ignore[reportUnknownArgumentType]
                 elif op == "compute_group_rewards":
                     trajectories, members = args
@@ -197,7 +199,9 @@ class _Worker:
         for loop, fut in pending.values():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(
-                    lambda f=fut: None if f.done() else f.set_exception(RemoteEnvError("WorkerDied", "exited"))
+                    lambda f=fut: (
+                        None if f.done() else f.set_exception(RemoteEnvError("WorkerDied", "exited"))
+                    )
                 )
 
     async def call(self, op: str, gid: int, *args: object) -> object:
@@ -249,7 +253,8 @@ class _RemoteGroup(EnvGroupBuilder):
         out = await self._worker.call("make_envs", self._gid, self._bytes)
         assert isinstance(out, tuple)
         start, n = out  # pyright: ignore[reportUnknownVariableType]
-        assert isinstance(start, int) and isinstance(n, int)
+        assert isinstance(start, int)
+        assert isinstance(n, int)
         return [_RemoteEnv(self._worker, self._gid, start + g) for g in range(n)]
 
     async def compute_group_rewards(

@@ -49,7 +49,6 @@ from typing import Literal, TypeAlias
 import attrs
 import numpy as np
 import numpy.typing as npt
-import tinker
 from tinker import types as ttypes
 
 from tempering._service import ServiceClient
@@ -109,8 +108,8 @@ class RLConfig:
 
     run: RunConfig
     dataset: RLDatasetBuilder
-    model: ModelConfig = ModelConfig()
-    adam: AdamConfig = AdamConfig(learning_rate=4e-5)
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    adam: AdamConfig = attrs.field(factory=lambda: AdamConfig(learning_rate=4e-5))
     num_steps: int | None = None
     """Training steps (batches); default: one pass over the train dataset."""
     max_tokens: int = 64
@@ -124,7 +123,7 @@ class RLConfig:
     num_substeps: int = 1
     max_steps_off_policy: int = 1
     stale_policy: StalePolicy = "drop"
-    rollout: RolloutConfig = RolloutConfig()
+    rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
     kl_penalty_coef: float = 0.0
     kl_reference: str | None = None
     """Sampler weights path of the KL reference; ``None``: the base model."""
@@ -342,9 +341,7 @@ class _Run:
                 )
                 for p, b in enumerate(builders)
             ]
-            source = (
-                self._in_order(tasks) if config.schedule == "sync" else self._as_completed(tasks)
-            )
+            source = self._in_order(tasks) if config.schedule == "sync" else self._as_completed(tasks)
         size = math.ceil(n_groups / config.num_substeps)
         chunk: list[GroupRollout] = []
         collected = 0
@@ -363,18 +360,23 @@ class _Run:
             yield chunk
 
     @staticmethod
-    async def _in_order(tasks: list[asyncio.Future[GroupRollout]]) -> AsyncIterator[GroupRollout]:
+    async def _in_order(tasks: Sequence[asyncio.Future[GroupRollout]]) -> AsyncIterator[GroupRollout]:
         for r in await asyncio.gather(*tasks):
             yield r
 
     @staticmethod
-    async def _as_completed(tasks: list[asyncio.Future[GroupRollout]]) -> AsyncIterator[GroupRollout]:
+    async def _as_completed(tasks: Sequence[asyncio.Future[GroupRollout]]) -> AsyncIterator[GroupRollout]:
         for next_done in asyncio.as_completed(tasks):
             yield await next_done
 
     async def _from_queue(self, step: int) -> AsyncIterator[GroupRollout]:
         while True:
-            if self.queue.empty() and self.in_flight == 0 and self.producer is not None and self.producer.done():
+            if (
+                self.queue.empty()
+                and self.in_flight == 0
+                and self.producer is not None
+                and self.producer.done()
+            ):
                 return
             if self.queue.empty() and self.in_flight == 0:
                 async with self.trained:  # nothing will arrive: let the producer start a batch
@@ -393,7 +395,12 @@ class _Run:
         async def run() -> None:
             try:
                 r = await rollout_group(
-                    builder, policy, self.config.rollout, limits=self.limits, executor=self.executor, index=index
+                    builder,
+                    policy,
+                    self.config.rollout,
+                    limits=self.limits,
+                    executor=self.executor,
+                    index=index,
                 )
                 await self.queue.put(r)
             finally:
@@ -426,7 +433,9 @@ class _Run:
         if not kept:
             timers.add("data", time.perf_counter() - t0)
             return None
-        advantages_P = compute_advantages(kept, normalize_std=config.normalize_advantages, baseline=config.baseline)
+        advantages_P = compute_advantages(
+            kept, normalize_std=config.normalize_advantages, baseline=config.baseline
+        )
         batch = trajectories_to_batch(kept, advantages_P)
         extra: dict[str, float] = {}
         timers.add("data", time.perf_counter() - t0)
@@ -534,7 +543,11 @@ class _Run:
         rollouts: list[GroupRollout] = []
         for i in range(len(self.test_ds)):
             rollouts += await rollout_batch(
-                self.test_ds.get_batch(i), self.policy, self.config.rollout, limits=self.limits, executor=self.executor
+                self.test_ds.get_batch(i),
+                self.policy,
+                self.config.rollout,
+                limits=self.limits,
+                executor=self.executor,
             )
         out = rollout_metrics(rollouts, prefix="test")
         out["time/eval"] = time.perf_counter() - t0
