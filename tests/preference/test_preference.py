@@ -21,7 +21,7 @@ from tempering.preference import (
     VerdictPreferenceModel,
 )
 from tempering.training import AdamConfig, RunConfig, RunDir
-from tempering_protocols import Comparison
+from tempering_protocols import Comparison, Message
 
 
 def _dpo(log_dir: Path, steps: int, save_every: int = 0) -> DPOConfig:
@@ -99,9 +99,11 @@ def test_reward_model_beats_chance_through_the_cli(
     with ServiceClient(root=tempering_home, device="cpu", dtype="float32", num_threads=1) as service:
         model = asyncio.run(VerdictPreferenceModel.load(summary["sampler"], config.model, service))
         assert isinstance(model, PreferenceModel)
-        prompt = [{"role": "user", "content": "What is 2 + 3?"}]
-        right = [{"role": "assistant", "content": "5"}]
-        rambling = [{"role": "assistant", "content": "Let me think about this carefully. It is probably 5."}]
+        prompt: list[Message] = [{"role": "user", "content": "What is 2 + 3?"}]
+        right: list[Message] = [{"role": "assistant", "content": "5"}]
+        rambling: list[Message] = [
+            {"role": "assistant", "content": "Let me think about this carefully. It is probably 5."}
+        ]
         p_right = asyncio.run(model(Comparison(prompt, right, rambling)))
         p_swapped = asyncio.run(model(Comparison(prompt, rambling, right)))
     assert 0.0 < p_right < 1.0
