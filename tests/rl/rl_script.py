@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from tempering.envs.tasks import LowercaseTask
@@ -22,4 +23,4 @@ def config(log_dir: str, schedule: str = "sync", steps: int = 6) -> RLConfig:
 
 
 if __name__ == "__main__":
-    config(sys.argv[1], sys.argv[2])()
+    asyncio.run(config(sys.argv[1], sys.argv[2])())

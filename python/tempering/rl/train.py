@@ -34,7 +34,7 @@ bar) is :mod:`tempering.training`'s: this module supplies what one step submits.
 Example::
 
     config = RLConfig(run=RunConfig(log_dir="/tmp/rl"), dataset=LowercaseTask(), max_tokens=8)
-    result = config()          # or: await train(config)
+    result = asyncio.run(config())      # or: await train(config)
 """
 
 from __future__ import annotations
@@ -97,13 +97,13 @@ Float32Array = npt.NDArray[np.float32]
 class RLConfig:
     """Everything an RL run needs; picklable and JSON-recorded (``config.json``).
 
-    Calling the config runs the training (``asyncio.run(train(self))``).
+    Awaiting a call of the config runs the training (``await config()`` is ``await train(config)``).
 
     Example::
 
         RLConfig(run=RunConfig(log_dir="runs/rl"), dataset=ArithmeticTask(group_size=16),
                  adam=AdamConfig(learning_rate=4e-5), loss_fn="ppo", schedule="streaming",
-                 num_substeps=4, max_tokens=256)()
+                 num_substeps=4, max_tokens=256)
     """
 
     run: RunConfig
@@ -139,8 +139,8 @@ class RLConfig:
         if self.max_steps_off_policy < 0:
             raise ValueError(f"max_steps_off_policy must be >= 0, got {self.max_steps_off_policy}")
 
-    def __call__(self) -> RLResult:
-        return asyncio.run(train(self))
+    async def __call__(self, service: ServiceClient | None = None) -> RLResult:
+        return await train(self, service=service)
 
 
 @attrs.frozen
