@@ -18,6 +18,7 @@ _TRAINERS = {
     "sft": "supervised fine-tuning on chat data (docs/sft.md)",
     "dpo": "direct preference optimization on labeled comparisons (docs/dpo.md)",
     "rm": "a pairwise reward model trained on labeled comparisons (docs/dpo.md)",
+    "rl": "reinforcement learning on env groups: sync, streaming or async off-policy (docs/rl.md)",
 }
 
 
@@ -61,6 +62,10 @@ def _config_class(command: str) -> type[Any]:
         from tempering.preference import DPOConfig
 
         return DPOConfig
+    if command == "rl":
+        from tempering.rl.cli import RLCommandConfig
+
+        return RLCommandConfig
     from tempering.preference import RewardModelConfig
 
     return RewardModelConfig
