@@ -9,16 +9,14 @@ warning cannot fire in someone else's test.
 
 from __future__ import annotations
 
-import gc
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tinker
-from serve_helpers import API_KEY, ServerProcess
 
 from tempering.local.tiny import build_tiny_model
+from tempering.serve.testing import API_KEY, ServerProcess, collect_sdk_garbage
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +51,4 @@ def service(server: ServerProcess) -> Iterator[tinker.ServiceClient]:
 @pytest.fixture(scope="module", autouse=True)
 def _collect_sdk_garbage() -> Iterator[None]:
     yield
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "unclosed", ResourceWarning)
-        gc.collect()
+    collect_sdk_garbage()

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tinker
-from serve_helpers import API_KEY, ServerProcess
+
+from tempering.serve.testing import API_KEY, ServerProcess
 
 pytestmark = pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")  # the SDK's leak (conftest)
 

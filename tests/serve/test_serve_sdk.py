@@ -15,12 +15,12 @@ import httpx
 import numpy as np
 import pytest
 import tinker
-from serve_helpers import API_KEY, ServerProcess
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
 from tempering.local import BUILTIN_LOSSES
 from tempering.local import ServiceClient as LocalService
+from tempering.serve.testing import API_KEY, ServerProcess
 
 pytestmark = pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")  # the SDK's leak (conftest)
 
