@@ -1,8 +1,11 @@
 //! Reading Python inputs (with the GIL held) into borrowed views for the core.
 //!
-//! numpy arrays are borrowed in place (read-only borrow, no copy); Python lists and tuples of
-//! ints / floats are read into one `Vec` each. Anything malformed becomes a `DataError` that
-//! says where it is (problem, member, transition, token) and what was expected.
+//! numpy arrays are borrowed in place (read-only borrow, no copy); Python lists, tuples and other
+//! sequences of ints / floats are read into a few large blocks ([`Arena`]), exact `int` and
+//! `float` items through a fast path that neither counts references nor runs Python code. A
+//! model-input object met several times (a group's shared prompt) is read once. Anything
+//! malformed becomes a `DataError` that says where it is (problem, member, transition, token)
+//! and what was expected.
 
 use numpy::prelude::*;
 use numpy::{PyArray1, PyReadonlyArray1, PyUntypedArray};
@@ -449,7 +452,7 @@ impl<'py> ModelInputs<'py> {
         let start = self.chunks.len();
         let mut pos = 0usize;
         for (i, chunk) in items(&chunks, at, &format!("{what}.chunks"))?.into_iter().enumerate() {
-            if chunk.get_type().is(text_type) || chunk.is_instance(text_type)? {
+            if chunk.get_type().is(text_type) || chunk.is_instance(text_type).unwrap_or(false) {
                 let toks = attr(&chunk, intern!(py, "tokens"), at)?;
                 let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena)?;
                 pos += owner.len();
