@@ -311,6 +311,25 @@ def test_images_survive_into_the_model_input_and_extend_by_equality() -> None:
     assert batch.model_input(0) == d.model_input
 
 
+def test_observations_that_share_chunk_objects() -> None:
+    """An env that builds each observation by appending chunks to the previous one shares token
+    lists between turns (read once by the binding); the result is the reference's."""
+    ob = tinker.ModelInput.from_ints([1, 2, 3])
+    transitions = []
+    for k in range(5):
+        ac = [10 + k, 20 + k]
+        transitions.append(
+            Transition(
+                ob=ob, ac=TokensWithLogprobs(ac, [-0.5, -0.25]), reward=0.0, episode_done=False, masked=k == 2
+            )
+        )
+        ob = ob.append(EncodedTextChunk(tokens=ac)).append(EncodedTextChunk(tokens=[7, k]))
+    groups = [group_of([Trajectory(transitions=transitions, final_ob=ob)])]
+    expected = ref.trajectories_to_datums(groups, [[1.5]])
+    assert len(expected) == 1
+    assert_batch_matches(rl.trajectories_to_batch(groups, [[1.5]]), expected)
+
+
 def test_many_turns_are_not_quadratic() -> None:
     """4000 turns, each observation the whole conversation so far plus one token. A quadratic
     prefix test would compare ~16M positions (and take seconds); ours compares each

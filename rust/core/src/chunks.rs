@@ -69,6 +69,9 @@ impl<'a> Tokens<'a> {
     /// Whether two runs of the same length hold the same tokens.
     pub fn same_as(&self, other: &Tokens<'_>) -> bool {
         match (self, other) {
+            // The same memory (a token list shared by two observations): equal without reading.
+            (Tokens::I64(a), Tokens::I64(b)) if std::ptr::eq(*a, *b) => true,
+            (Tokens::I32(a), Tokens::I32(b)) if std::ptr::eq(*a, *b) => true,
             (Tokens::I64(a), Tokens::I64(b)) => a == b,
             (Tokens::I32(a), Tokens::I32(b)) => a == b,
             (Tokens::I32(a), Tokens::I64(b)) => mixed_eq(a, b),

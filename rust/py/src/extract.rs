@@ -420,6 +420,10 @@ pub struct ModelInputs<'py> {
     /// usually share one prompt object: it is read once. The objects are kept alive here, so an
     /// address cannot be reused by another object while reading.
     seen: HashMap<usize, (Bound<'py, PyAny>, std::ops::Range<usize>)>,
+    /// Token containers already read, by object identity -> index in [`Self::tokens`]: an
+    /// observation built by appending chunks to the previous one shares its chunks' token
+    /// lists, which are then read once.
+    seen_tokens: HashMap<usize, (Bound<'py, PyAny>, usize)>,
 }
 
 impl<'py> ModelInputs<'py> {
@@ -454,10 +458,18 @@ impl<'py> ModelInputs<'py> {
         for (i, chunk) in items(&chunks, at, &format!("{what}.chunks"))?.into_iter().enumerate() {
             if chunk.get_type().is(text_type) || chunk.is_instance(text_type).unwrap_or(false) {
                 let toks = attr(&chunk, intern!(py, "tokens"), at)?;
-                let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena)?;
-                pos += owner.len();
-                self.chunks.push(ChunkSpec::Tokens(self.tokens.len()));
-                self.tokens.push(owner);
+                let key = toks.as_ptr() as usize;
+                let index = match self.seen_tokens.get(&key) {
+                    Some(&(_, index)) => index,
+                    None => {
+                        let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena)?;
+                        self.tokens.push(owner);
+                        self.seen_tokens.insert(key, (toks, self.tokens.len() - 1));
+                        self.tokens.len() - 1
+                    }
+                };
+                pos += self.tokens[index].len();
+                self.chunks.push(ChunkSpec::Tokens(index));
             } else {
                 let len = chunk.getattr(intern!(py, "length")).and_then(|l| l.extract::<usize>()).map_err(|e| {
                     wrap(at, &format!("{what}.chunks[{i}] ({}) has no usable .length", type_name(&chunk)), e)
