@@ -16,13 +16,14 @@ RUST_SRC := Cargo.toml $(wildcard Cargo.lock) $(shell find rust -name '*.rs' -o 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels fmt clean
+.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels check-wheels fmt clean
 
 help:
 	@echo "make demo   - run the main job on the local engine (installs what is missing)"
 	@echo "make test   - cargo test, pytest, pyright strict, ruff, clippy, stubtest"
 	@echo "make bench  - benchmarks (pytest-benchmark)"
 	@echo "make wheels - build wheels for tempering and tempering-protocols into target/wheels"
+	@echo "make check-wheels - install those wheels into a fresh virtualenv and import them"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -76,7 +77,14 @@ demo: build
 
 wheels: $(STAMP)
 	$(BIN)/maturin build --release --out target/wheels
-	$(PY) -m pip wheel -q --no-deps protocols -w target/wheels
+	$(PY) -m pip wheel -q --no-deps ./protocols -w target/wheels
+
+# Install the built wheels into a fresh virtualenv (dependencies from the registry) and import.
+check-wheels: wheels
+	rm -rf target/wheel-venv && $(PYTHON) -m venv target/wheel-venv
+	target/wheel-venv/bin/python -m pip install -q target/wheels/tempering_protocols-*.whl target/wheels/tempering-*.whl
+	cd target && wheel-venv/bin/python -c 'import tempering, tempering_protocols, tempering._core, numpy; \
+	  print("wheels ok:", tempering.__version__, tempering._core.group_advantages(numpy.array([1.0, 0.0]), numpy.array([0, 2])))'
 
 fmt: $(STAMP)
 	$(BIN)/ruff format python protocols tests
