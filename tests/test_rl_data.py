@@ -330,6 +330,29 @@ def test_observations_that_share_chunk_objects() -> None:
     assert_batch_matches(rl.trajectories_to_batch(groups, [[1.5]]), expected)
 
 
+def test_token_runs_share_the_input_ints() -> None:
+    """``token_runs=True``: the datums' token lists reuse the input lists' int objects (no new
+    ints), and give the same datums as converting ``tokens_N``."""
+    big = [100_000 + i for i in range(6)]  # not small ints: each is its own object
+    ob = tinker.ModelInput.from_ints(big[:3])
+    t = Trajectory(
+        transitions=[
+            Transition(ob=ob, ac=TokensWithLogprobs(big[3:], [-1.0] * 3), reward=0.0, episode_done=True)
+        ],
+        final_ob=tinker.ModelInput.empty(),
+    )
+    with_runs = rl.trajectories_to_batch([group_of([t])], [[1.0]], token_runs=True)
+    assert with_runs.token_runs_D is not None
+    (d,) = with_runs.to_datums()
+    tokens = d.model_input.chunks[0].tokens  # pyright: ignore[reportAttributeAccessType]
+    assert tokens == big[:5]
+    assert tokens[0] is ob.chunks[0].tokens[0]  # pyright: ignore[reportAttributeAccessIssue]
+    assert tokens[4] is t.transitions[0].ac.tokens[1]  # pyright: ignore[reportIndexIssue]
+    plain = rl.trajectories_to_batch([group_of([t])], [[1.0]])
+    assert plain.token_runs_D is None
+    assert [x.model_input for x in plain.to_datums()] == [d.model_input]
+
+
 def test_many_turns_are_not_quadratic() -> None:
     """4000 turns, each observation the whole conversation so far plus one token. A quadratic
     prefix test would compare ~16M positions (and take seconds); ours compares each

@@ -71,6 +71,10 @@ class PackedRL:
     @property
     def opaque_chunks_K(self) -> list[tinker.types.ModelInputChunk]: ...
     @property
+    def token_runs_D(self) -> list[list[list[int]]] | None:
+        """With ``token_runs=True``: each datum's model-input token runs (between its opaque
+        chunks), sharing the int objects of the input lists."""
+    @property
     def compared_positions(self) -> int:
         """Token positions compared by prefix tests (linear in the input; pinned by tests)."""
 
@@ -117,7 +121,9 @@ def total_rewards(
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """``(rewards_PG, offsets_P1)``: each trajectory's step rewards plus its final reward."""
 
-def pack_trajectories(trajectory_groups_P: Sequence[object], advantages_P: Sequence[_Floats], /) -> PackedRL:
+def pack_trajectories(
+    trajectory_groups_P: Sequence[object], advantages_P: Sequence[_Floats], /, *, token_runs: bool = False
+) -> PackedRL:
     """Trajectories → datums (Tinker Cookbook semantics), columnar."""
 
 def pack_examples(

@@ -166,6 +166,8 @@ class RaggedBatch:
     ``opaque_pos_K``       ``[K]``     position of each opaque chunk in its datum's model input
     ``opaque_len_K``       ``[K]``     its length in positions
     ``opaque_chunks_K``    ``K``       the chunk objects, unchanged
+    ``token_runs_D``       ``D``       optional: model-input tokens as ready lists (see
+                                       ``trajectories_to_batch(token_runs=True)``)
     =====================  ==========  ============================================================
 
     Example::
@@ -188,6 +190,9 @@ class RaggedBatch:
     opaque_pos_K: Int64Array
     opaque_len_K: Int64Array
     opaque_chunks_K: Sequence[ModelInputChunk] = ()
+    token_runs_D: Sequence[Sequence[list[int]]] | None = None
+    """Optional: each datum's model-input tokens as ready lists (the runs between its opaque
+    chunks), used by :meth:`to_datums` instead of converting ``tokens_N``."""
 
     @classmethod
     def from_arrays(
@@ -273,6 +278,7 @@ class RaggedBatch:
             self.opaque_pos_K,
             self.opaque_len_K,
             self.opaque_chunks_K,
+            self.token_runs_D,
         )
 
     def with_advantages(self, advantages_N: Float32Array, /) -> RaggedBatch:
@@ -313,7 +319,10 @@ def _check_array(name: str, arr: npt.NDArray[np.generic], dtype: type[np.generic
 
 
 def trajectories_to_batch(
-    trajectory_groups_P: Sequence[TrajectoryGroup], advantages_P: Sequence[FloatArray]
+    trajectory_groups_P: Sequence[TrajectoryGroup],
+    advantages_P: Sequence[FloatArray],
+    *,
+    token_runs: bool = False,
 ) -> RaggedBatch:
     """Trajectories → the columnar :class:`RaggedBatch` (one Rust call, GIL released).
 
@@ -324,11 +333,18 @@ def trajectories_to_batch(
     that disagree with ``advantages_P``, wrong dtypes, non-contiguous arrays, a sequence too short
     to make a datum or ending in a non-token chunk.
 
+    ``token_runs=True`` also keeps each datum's model-input tokens as Python lists that share the
+    int objects of the input token lists (``RaggedBatch.token_runs_D``), which makes a later
+    :meth:`RaggedBatch.to_datums` cheaper; ask for it when the batch will become datums.
+
     Example::
 
         batch = trajectories_to_batch(groups_P, compute_advantages(groups_P))
     """
-    p = _core.pack_trajectories(trajectory_groups_P, advantages_P)
+    return _from_packed(_core.pack_trajectories(trajectory_groups_P, advantages_P, token_runs=token_runs))
+
+
+def _from_packed(p: _core.PackedRL) -> RaggedBatch:
     return RaggedBatch(
         tokens_N=p.tokens_N,
         target_tokens_N=p.target_tokens_N,
@@ -342,6 +358,7 @@ def trajectories_to_batch(
         opaque_pos_K=p.opaque_pos_K,
         opaque_len_K=p.opaque_len_K,
         opaque_chunks_K=p.opaque_chunks_K,
+        token_runs_D=p.token_runs_D,
     )
 
 
@@ -351,14 +368,16 @@ def trajectories_to_datums(
     """Trajectories → ``(data_D, metadata_D)``: ``tinker.Datum`` objects with ``loss_fn_inputs``
     ``target_tokens``, ``logprobs``, ``advantages``, ``mask``, and where each came from.
 
-    Same semantics and errors as :func:`trajectories_to_batch`.
+    Same semantics and errors as :func:`trajectories_to_batch`. The model inputs' token lists
+    share the int objects of the input token lists where those are lists of ints (a pointer copy
+    per token rather than a new int), so the inputs must not be modified while this runs.
 
     Example::
 
         data_D, metadata_D = trajectories_to_datums(groups_P, advantages_P)
         metadata_D[0]["group_idx"], metadata_D[0]["traj_idx"]
     """
-    batch = trajectories_to_batch(trajectory_groups_P, advantages_P)
+    batch = trajectories_to_batch(trajectory_groups_P, advantages_P, token_runs=True)
     return batch.to_datums(), batch.metadata()
 
 

@@ -96,26 +96,30 @@ def build_datums(
     opaque_pos_K: Int64Array | None = None,
     opaque_len_K: Int64Array | None = None,
     opaque_chunks_K: Sequence[ModelInputChunk] = (),
+    token_runs_D: Sequence[Sequence[list[int]]] | None = None,
 ) -> list[tinker.Datum]:
     """``tinker.Datum`` objects from columnar buffers, one per row of ``offsets_D1``.
 
     Each ``loss_fn_inputs`` value is a ``TensorData`` over a *view* of the flat buffer (no copy):
-    the datums share memory with the buffers, which must not be modified afterwards.
+    the datums share memory with the buffers, which must not be modified afterwards. The model
+    inputs' token lists come from ``tokens_N``, or, when given, from ``token_runs_D`` (ready
+    lists: each datum's token runs between its opaque chunks).
     """
     offs: list[int] = offsets_D1.tolist()
     pairs = tuple(loss_fn_inputs_N.items())
     from_numpy = TensorData.from_numpy
     Datum = tinker.Datum
+    ModelInput_construct = tinker.ModelInput.model_construct
+    Chunk_construct = EncodedTextChunk.model_construct
     data_D: list[tinker.Datum] = []
     if not opaque_chunks_K:
         # The hot loop: per datum, one list of input tokens and a view per loss input.
-        ModelInput_construct = tinker.ModelInput.model_construct
-        Chunk_construct = EncodedTextChunk.model_construct
         for d in range(len(offs) - 1):
             a, b = offs[d], offs[d + 1]
+            tokens = tokens_N[a:b].tolist() if token_runs_D is None else token_runs_D[d][0]
             data_D.append(
                 Datum(
-                    model_input=ModelInput_construct(chunks=[Chunk_construct(tokens=tokens_N[a:b].tolist())]),
+                    model_input=ModelInput_construct(chunks=[Chunk_construct(tokens=tokens)]),
                     loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in pairs},
                 )
             )
@@ -129,9 +133,20 @@ def build_datums(
     for d in range(len(offs) - 1):
         a, b = offs[d], offs[d + 1]
         ka, kb = ooffs[d], ooffs[d + 1]
-        model_input = model_input_from_columns(
-            tokens_N[a:b], pos_K[ka:kb], len_K[ka:kb], opaque_chunks_K[ka:kb]
-        )
+        if token_runs_D is None:
+            model_input = model_input_from_columns(
+                tokens_N[a:b], pos_K[ka:kb], len_K[ka:kb], opaque_chunks_K[ka:kb]
+            )
+        else:
+            runs = token_runs_D[d]
+            chunks: list[ModelInputChunk] = []
+            for k, opaque in enumerate(opaque_chunks_K[ka:kb]):
+                if runs[k]:
+                    chunks.append(Chunk_construct(tokens=runs[k]))
+                chunks.append(opaque)
+            if runs[-1]:
+                chunks.append(Chunk_construct(tokens=runs[-1]))
+            model_input = ModelInput_construct(chunks=chunks)
         data_D.append(
             Datum(model_input=model_input, loss_fn_inputs={k: from_numpy(c[a:b]) for k, c in pairs})
         )

@@ -93,8 +93,36 @@ pub struct PackedRl {
     /// The member of its group of each datum.
     pub traj_idx_D: Vec<i64>,
     pub opaque: OpaqueLayout,
+    /// Where each datum's model input comes from, run by run: `input_segment_offsets_D1` marks
+    /// each datum's segments. A caller holding the original token containers can rebuild the
+    /// model inputs from them (e.g. reuse Python's int objects) instead of from `tokens_N`.
+    pub input_segments: Vec<InputSegment>,
+    pub input_segment_offsets_D1: Vec<usize>,
     /// Token positions compared by prefix tests (for complexity tests).
     pub compared_positions: usize,
+}
+
+/// Positions of a datum's model input taken from one place of the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputSegment {
+    /// Index into `transitions_X`.
+    pub transition: usize,
+    pub source: SegmentSource,
+    /// The first position taken, within the source (for an opaque chunk, 0).
+    pub start: usize,
+    /// How many positions (for an opaque chunk, its length).
+    pub len: usize,
+}
+
+/// Which part of a transition a segment comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentSource {
+    /// Token chunk `chunk` of the observation.
+    Observation { chunk: usize },
+    /// The action's tokens.
+    Action,
+    /// Opaque chunk `chunk` of the observation, which is chunk `k` of the batch's opaque layout.
+    Opaque { chunk: usize, k: usize },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -275,10 +303,13 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
             len_K: Vec::with_capacity(plan.n_opaque),
             handle_K: Vec::with_capacity(plan.n_opaque),
         },
+        input_segments: Vec::new(),
+        input_segment_offsets_D1: Vec::with_capacity(n_d + 1),
         compared_positions: plan.compared,
     };
     out.offsets_D1.push(0);
     out.opaque.offsets_D1.push(0);
+    out.input_segment_offsets_D1.push(0);
     for d in &plan.datums {
         let pg = input.member_offsets_P1[d.problem] + d.member;
         let adv = input.advantages_PG[pg] as f32;
@@ -288,7 +319,7 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
             let skip = plan.skip_X[x];
             // The new part of the observation: positions `skip..` of `tr.ob`; values 0.
             let mut pos = 0usize;
-            for c in tr.ob {
+            for (ci, c) in tr.ob.iter().enumerate() {
                 let (c_start, c_end) = (pos, pos + c.len());
                 pos = c_end;
                 if c_end <= skip || c.is_empty() {
@@ -297,10 +328,17 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
                 let n_targets = match *c {
                     Chunk::Tokens(tok) => {
                         let from = skip.saturating_sub(c_start);
-                        w.tokens(tok.slice(from, tok.len())).1
+                        let (inputs, _, n_targets) = w.tokens(tok.slice(from, tok.len()));
+                        if inputs > 0 {
+                            let source = SegmentSource::Observation { chunk: ci };
+                            out.input_segments.push(InputSegment { transition: x, source, start: from, len: inputs });
+                        }
+                        n_targets
                     }
                     Chunk::Opaque { len, handle, .. } => {
                         // A prefix never ends inside an opaque chunk, so `c_start >= skip`.
+                        let source = SegmentSource::Opaque { chunk: ci, k: out.opaque.pos_K.len() };
+                        out.input_segments.push(InputSegment { transition: x, source, start: 0, len });
                         out.opaque.pos_K.push(w.q as i64);
                         out.opaque.len_K.push(len as i64);
                         out.opaque.handle_K.push(handle as i64);
@@ -312,7 +350,15 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
                 }
             }
             // The action.
-            let (src, n_targets) = w.tokens(tr.ac_tokens);
+            let (inputs, src, n_targets) = w.tokens(tr.ac_tokens);
+            if inputs > 0 {
+                out.input_segments.push(InputSegment {
+                    transition: x,
+                    source: SegmentSource::Action,
+                    start: 0,
+                    len: inputs,
+                });
+            }
             tr.ac_logprobs.extend_f32(src, n_targets, &mut out.logprobs_N);
             let (a, m) = if tr.masked { (0.0, 0.0) } else { (adv, 1.0) };
             out.advantages_N.extend(std::iter::repeat_n(a, n_targets));
@@ -323,6 +369,7 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
         out.group_idx_D.push(d.problem as i64);
         out.traj_idx_D.push(d.member as i64);
         out.opaque.offsets_D1.push(out.opaque.pos_K.len() as i64);
+        out.input_segment_offsets_D1.push(out.input_segments.len());
     }
     debug_assert_eq!(out.tokens_N.len(), n);
     debug_assert_eq!(out.mask_N.len(), n);
@@ -348,15 +395,15 @@ impl Appender<'_> {
         (inputs, first_target, n - first_target)
     }
 
-    /// Tokens at the next positions; returns `(offset of the first target, number of targets)`
-    /// so the caller appends per-target values from the same run.
-    pub(crate) fn tokens(&mut self, t: Tokens<'_>) -> (usize, usize) {
+    /// Tokens at the next positions; returns `(number of inputs, offset of the first target,
+    /// number of targets)` so the caller appends per-target values from the same run.
+    pub(crate) fn tokens(&mut self, t: Tokens<'_>) -> (usize, usize, usize) {
         let n = t.len();
         let (inputs, first_target, targets) = self.split(n);
         t.slice(0, inputs).extend_into(self.tokens);
         t.slice(first_target, n).extend_into(self.targets);
         self.q += n;
-        (first_target, targets)
+        (inputs, first_target, targets)
     }
 
     /// `n` positions of an opaque chunk (token 0); returns the number of targets.
@@ -632,6 +679,34 @@ mod tests {
         out
     }
 
+    /// The input segments rebuild every model input exactly (opaque chunks as zeros, in order).
+    fn check_segments(input: &TrajectoriesIn<'_>, got: &PackedRl) {
+        for d in 0..got.offsets_D1.len() - 1 {
+            let mut rebuilt = vec![];
+            let mut opaque = vec![];
+            let segs = &got.input_segments[got.input_segment_offsets_D1[d]..got.input_segment_offsets_D1[d + 1]];
+            for s in segs {
+                let tr = &input.transitions_X[s.transition];
+                match s.source {
+                    SegmentSource::Observation { chunk } => {
+                        let Chunk::Tokens(t) = tr.ob[chunk] else { panic!("not a token chunk") };
+                        rebuilt.extend((s.start..s.start + s.len).map(|i| t.get(i)));
+                    }
+                    SegmentSource::Action => rebuilt.extend((s.start..s.start + s.len).map(|i| tr.ac_tokens.get(i))),
+                    SegmentSource::Opaque { chunk, k } => {
+                        assert!(matches!(tr.ob[chunk], Chunk::Opaque { len, .. } if len == s.len));
+                        opaque.push(k);
+                        rebuilt.extend(std::iter::repeat_n(0, s.len));
+                    }
+                }
+            }
+            let (a, b) = (got.offsets_D1[d] as usize, got.offsets_D1[d + 1] as usize);
+            assert_eq!(rebuilt, got.tokens_N[a..b], "datum {d}");
+            let (ka, kb) = (got.opaque.offsets_D1[d] as usize, got.opaque.offsets_D1[d + 1] as usize);
+            assert_eq!(opaque, (ka..kb).collect::<Vec<_>>());
+        }
+    }
+
     /// An observation: chunks of (is_token, tokens, opaque class, opaque len).
     type ObSpec = Vec<(bool, Vec<i64>, u64, usize)>;
 
@@ -718,7 +793,10 @@ mod tests {
             };
             match pack_trajectories(&input) {
                 Ok(mut got) => {
+                    check_segments(&input, &got);
                     got.compared_positions = 0;
+                    got.input_segments.clear();
+                    got.input_segment_offsets_D1.clear();
                     assert_eq!(got, naive(&input), "case {case}");
                 }
                 Err(e) => {

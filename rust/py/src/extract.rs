@@ -56,10 +56,13 @@ pub struct Run {
     block: usize,
     start: usize,
     end: usize,
+    /// Read from a list whose every item is an exact `int` / `float` (so the list's items can
+    /// stand for the values).
+    exact_list: bool,
 }
 
 impl Run {
-    pub const EMPTY: Run = Run { block: usize::MAX, start: 0, end: 0 };
+    pub const EMPTY: Run = Run { block: usize::MAX, start: 0, end: 0, exact_list: false };
 }
 
 impl<T: Copy> Blocks<T> {
@@ -129,6 +132,12 @@ impl TokOwner<'_> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether the tokens were read from a Python list of exact ints (whose items can then be
+    /// reused as the values).
+    pub fn exact_list(&self) -> bool {
+        matches!(self, Self::Arena32(r) | Self::Arena(r) if r.exact_list)
     }
 }
 
@@ -200,6 +209,7 @@ fn list_values<'py, T: Copy>(
     let n = list.len();
     let v = blocks.room(n);
     let start = v.len();
+    let mut exact_list = true;
     for i in 0..n {
         // SAFETY: `PyList_GetItem` checks the index (the list may shrink if a slow-path
         // conversion runs Python code) and returns a borrowed reference or NULL with an error set.
@@ -213,6 +223,7 @@ fn list_values<'py, T: Copy>(
             v.push(x);
             continue;
         }
+        exact_list = false;
         // SAFETY: `item` is a valid borrowed reference; `from_borrowed_ptr` takes a new one.
         let item = unsafe { Bound::from_borrowed_ptr(py, item) };
         match slow(&item) {
@@ -226,7 +237,8 @@ fn list_values<'py, T: Copy>(
     // A list that grew while slow-path conversions ran Python code may have overflowed the
     // block's reserved room: then the block moved, which is fine, nothing points into it yet.
     let end = v.len();
-    Ok(Run { block: blocks.last_index(), start, end })
+    exact_list &= end - start == n;
+    Ok(Run { block: blocks.last_index(), start, end, exact_list })
 }
 
 /// Read every item of any other iterable with `extract`.
@@ -245,7 +257,7 @@ fn iter_values<'py, T: Copy>(
     let start = v.len();
     v.extend_from_slice(&tmp);
     let end = v.len();
-    Ok(Run { block: blocks.last_index(), start, end })
+    Ok(Run { block: blocks.last_index(), start, end, exact_list: false })
 }
 
 /// An exact Python int as `i64`, without reference counting or running Python code.
@@ -411,6 +423,8 @@ pub struct ModelInputs<'py> {
     /// Values read from lists, for these model inputs and for anything else the caller reads.
     pub arena: Arena,
     pub tokens: Vec<TokOwner<'py>>,
+    /// The Python object each of [`Self::tokens`] was read from.
+    pub token_sources: Vec<Bound<'py, PyAny>>,
     pub chunks: Vec<ChunkSpec>,
     /// The opaque chunks, by handle.
     pub opaque: Vec<Bound<'py, PyAny>>,
@@ -464,6 +478,7 @@ impl<'py> ModelInputs<'py> {
                     None => {
                         let owner = tokens(&toks, at, &format!("{what}.chunks[{i}].tokens"), pos, &mut self.arena)?;
                         self.tokens.push(owner);
+                        self.token_sources.push(toks.clone());
                         self.seen_tokens.insert(key, (toks, self.tokens.len() - 1));
                         self.tokens.len() - 1
                     }

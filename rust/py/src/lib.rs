@@ -22,7 +22,7 @@ use pyo3::types::PyList;
 
 use tempering_core::advantages::{self, AdvantageOptions, Baseline};
 use tempering_core::chunks::Floats;
-use tempering_core::datums::{self, OpaqueLayout, TrajectoriesIn, TransitionIn};
+use tempering_core::datums::{self, OpaqueLayout, SegmentSource, TrajectoriesIn, TransitionIn};
 use tempering_core::supervised::{self, ExampleIn};
 use tempering_core::{kl, Location};
 
@@ -184,7 +184,73 @@ struct PackedRL {
     opaque_pos_K: Py<PyArray1<i64>>,
     opaque_len_K: Py<PyArray1<i64>>,
     opaque_chunks_K: Py<PyList>,
+    /// With `token_runs=True`: for each datum, its model input's token runs (the runs between
+    /// its opaque chunks, `K_d + 1` lists of ints), built from the input lists' own int objects.
+    token_runs_D: Option<Py<PyList>>,
     compared_positions: usize,
+}
+
+/// Where the model inputs' tokens came from, to rebuild them as Python lists.
+struct RunSources<'a, 'py> {
+    specs: &'a [TransitionSpec],
+    inputs: &'a ModelInputs<'py>,
+    ac_tokens: &'a [TokOwner<'py>],
+    ac_sources: &'a [Bound<'py, PyAny>],
+}
+
+impl<'py> RunSources<'_, 'py> {
+    /// For each datum, the token runs of its model input (see `PackedRL.token_runs_D`).
+    ///
+    /// A run taken from a Python list of exact ints is a slice of that list: the int objects are
+    /// shared, not created again (one pointer copy per token instead of an allocation). Other
+    /// sources (numpy arrays, lists with other items) give new ints from the values read.
+    /// The input must not be modified while it is packed (as for numpy arrays, whose memory is
+    /// read without the GIL).
+    fn token_runs(&self, py: Python<'py>, out: &datums::PackedRl) -> PyResult<Bound<'py, PyList>> {
+        let all = PyList::empty(py);
+        let extend = intern!(py, "extend");
+        for w in out.input_segment_offsets_D1.windows(2) {
+            let runs = PyList::empty(py);
+            let mut current: Option<Bound<'py, PyList>> = None;
+            for seg in &out.input_segments[w[0]..w[1]] {
+                let (owner, source) = match seg.source {
+                    SegmentSource::Opaque { .. } => {
+                        runs.append(current.take().unwrap_or_else(|| PyList::empty(py)))?;
+                        continue;
+                    }
+                    SegmentSource::Observation { chunk } => {
+                        let spec = &self.inputs.chunks[self.specs[seg.transition].ob.start + chunk];
+                        let extract::ChunkSpec::Tokens(i) = *spec else {
+                            return Err(InternalError::new_err(
+                                "internal error: a token segment names an opaque chunk",
+                            ));
+                        };
+                        (&self.inputs.tokens[i], &self.inputs.token_sources[i])
+                    }
+                    SegmentSource::Action => {
+                        let a = self.specs[seg.transition].ac;
+                        (&self.ac_tokens[a], &self.ac_sources[a])
+                    }
+                };
+                let part = match source.cast::<PyList>() {
+                    Ok(list) if owner.exact_list() => list.get_slice(seg.start, seg.start + seg.len),
+                    _ => {
+                        let v = owner.view(&self.inputs.arena);
+                        PyList::new(py, (seg.start..seg.start + seg.len).map(|i| v.get(i)))?
+                    }
+                };
+                match &current {
+                    None => current = Some(part),
+                    Some(c) => {
+                        c.call_method1(extend, (part,))?;
+                    }
+                }
+            }
+            runs.append(current.take().unwrap_or_else(|| PyList::empty(py)))?;
+            all.append(runs)?;
+        }
+        Ok(all)
+    }
 }
 
 /// The packed supervised batch, as numpy arrays owned by numpy (no copies).
@@ -223,12 +289,13 @@ struct TransitionSpec {
 
 /// Trajectories → datums, into one columnar batch (see `tempering_core::datums`).
 #[pyfunction]
-#[pyo3(signature = (trajectory_groups_P, advantages_P, /))]
+#[pyo3(signature = (trajectory_groups_P, advantages_P, /, *, token_runs = false))]
 #[allow(non_snake_case)]
 fn pack_trajectories<'py>(
     py: Python<'py>,
     trajectory_groups_P: &Bound<'py, PyAny>,
     advantages_P: &Bound<'py, PyAny>,
+    token_runs: bool,
 ) -> PyResult<PackedRL> {
     let groups = items(trajectory_groups_P, Location::default(), "trajectory_groups_P")?;
     let advs = items(advantages_P, Location::default(), "advantages_P")?;
@@ -244,6 +311,7 @@ fn pack_trajectories<'py>(
     }
     let mut inputs = ModelInputs::default();
     let mut ac_tokens: Vec<TokOwner<'py>> = Vec::new();
+    let mut ac_sources: Vec<Bound<'py, PyAny>> = Vec::new();
     let mut ac_logprobs: Vec<FloatOwner<'py>> = Vec::new();
     let mut specs: Vec<TransitionSpec> = Vec::new();
     let mut transition_offsets = vec![0usize];
@@ -270,7 +338,8 @@ fn pack_trajectories<'py>(
                 let at = Location::transition(p, g, x);
                 let ob = inputs.read(&attr(tr, intern!(py, "ob"), at)?, at, "ob")?;
                 let ac = attr(tr, intern!(py, "ac"), at)?;
-                let toks = tokens(&attr(&ac, intern!(py, "tokens"), at)?, at, "ac.tokens", 0, &mut inputs.arena)?;
+                let ac_source = attr(&ac, intern!(py, "tokens"), at)?;
+                let toks = tokens(&ac_source, at, "ac.tokens", 0, &mut inputs.arena)?;
                 let lp = attr(&ac, intern!(py, "maybe_logprobs"), at)?;
                 let lp = if lp.is_none() {
                     if !toks.is_empty() {
@@ -291,6 +360,7 @@ fn pack_trajectories<'py>(
                     masked: flag(tr, intern!(py, "masked"), false, at)?,
                 });
                 ac_tokens.push(toks);
+                ac_sources.push(ac_source);
                 ac_logprobs.push(lp);
             }
             transition_offsets.push(specs.len());
@@ -314,9 +384,16 @@ fn pack_trajectories<'py>(
         advantages_PG: &advantages_pg,
     };
     let out = compute(py, || datums::pack_trajectories(&input))?;
+    let token_runs_D = if token_runs {
+        let sources = RunSources { specs: &specs, inputs: &inputs, ac_tokens: &ac_tokens, ac_sources: &ac_sources };
+        Some(sources.token_runs(py, &out)?.unbind())
+    } else {
+        None
+    };
     let (opaque_offsets_D1, opaque_pos_K, opaque_len_K, opaque_chunks_K) =
         opaque_to_py(py, out.opaque, &inputs.opaque)?;
     Ok(PackedRL {
+        token_runs_D,
         tokens_N: PyArray1::from_vec(py, out.tokens_N).unbind(),
         target_tokens_N: PyArray1::from_vec(py, out.target_tokens_N).unbind(),
         logprobs_N: PyArray1::from_vec(py, out.logprobs_N).unbind(),
