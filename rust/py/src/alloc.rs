@@ -9,9 +9,10 @@
 //! On Linux, blocks of 256 KiB and more (the output buffers of a batch, the blocks that hold
 //! values read from lists) are mapped directly: from 2 MiB up aligned to 2 MiB and marked
 //! `MADV_HUGEPAGE` (as numpy does for its own large arrays), and populated in one call rather
-//! than one page fault per 4 KiB. Freed blocks are kept for reuse, up to 256 MiB in all (like
-//! glibc's heap keeps freed memory), so the next batch of a training loop does not pay the
-//! kernel for fresh pages again; `_core._release_memory()` returns them. On a small machine
+//! than one page fault per 4 KiB. Freed blocks are kept for reuse, up to 256 MiB in all, the
+//! oldest returned first when room is needed (like glibc's heap keeps freed memory), so the next
+//! batch of a training loop does not pay the kernel for fresh pages again;
+//! `_core._release_memory()` returns them. On a small machine
 //! the kernel's page work was the largest single cost of producing a batch.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -143,30 +144,45 @@ mod huge {
     }
 
     struct Cache {
-        /// `(address, mapped length)`; address 0 is an empty slot.
-        slots: [(usize, usize); SLOTS],
+        /// `(address, mapped length, age stamp)`; address 0 is an empty slot.
+        slots: [(usize, usize, u64); SLOTS],
         bytes: usize,
+        clock: u64,
     }
 
-    static CACHE: Mutex<Cache> = Mutex::new(Cache { slots: [(0, 0); SLOTS], bytes: 0 });
+    static CACHE: Mutex<Cache> = Mutex::new(Cache { slots: [(0, 0, 0); SLOTS], bytes: 0, clock: 0 });
 
     fn take(len: usize) -> Option<usize> {
         let mut c = CACHE.lock().ok()?;
-        let i = c.slots.iter().position(|&(p, l)| p != 0 && l == len)?;
-        let (p, _) = std::mem::take(&mut c.slots[i]);
+        let i = c.slots.iter().position(|&(p, l, _)| p != 0 && l == len)?;
+        let (p, _, _) = std::mem::take(&mut c.slots[i]);
         c.bytes -= len;
         Some(p)
     }
 
+    /// Keep a freed block for reuse, evicting the oldest cached blocks (returned to the system)
+    /// to make room: the cache follows the sizes in current use.
     fn keep(p: usize, len: usize) -> bool {
-        let Ok(mut c) = CACHE.lock() else { return false };
-        if c.bytes + len > CACHE_BYTES {
+        if len > CACHE_BYTES {
             return false;
         }
-        let Some(i) = c.slots.iter().position(|&(q, _)| q == 0) else { return false };
-        c.slots[i] = (p, len);
-        c.bytes += len;
-        true
+        let Ok(mut c) = CACHE.lock() else { return false };
+        loop {
+            let free = c.slots.iter().position(|&(q, _, _)| q == 0);
+            if let Some(i) = free.filter(|_| c.bytes + len <= CACHE_BYTES) {
+                c.clock += 1;
+                c.slots[i] = (p, len, c.clock);
+                c.bytes += len;
+                return true;
+            }
+            let Some(oldest) = (0..SLOTS).filter(|&i| c.slots[i].0 != 0).min_by_key(|&i| c.slots[i].2) else {
+                return false;
+            };
+            let (q, l, _) = std::mem::take(&mut c.slots[oldest]);
+            c.bytes -= l;
+            // SAFETY: cached blocks are mappings of exactly `l` bytes that nothing uses.
+            unsafe { libc::munmap(q as *mut libc::c_void, l) };
+        }
     }
 
     /// Return every cached block to the system; the bytes released.
@@ -174,7 +190,7 @@ mod huge {
         let Ok(mut c) = CACHE.lock() else { return 0 };
         let mut freed = 0;
         for slot in c.slots.iter_mut() {
-            let (p, len) = std::mem::take(slot);
+            let (p, len, _) = std::mem::take(slot);
             if p != 0 {
                 // SAFETY: cached blocks are mappings of exactly `len` bytes that nothing uses.
                 unsafe { libc::munmap(p as *mut libc::c_void, len) };
