@@ -1,8 +1,9 @@
 """The ``tempering`` command line.
 
-``tempering sft|dpo|rm [flags]`` builds the trainer's attrs config from flags with ``tyro``
+``tempering sft|dpo|rm|rl [flags]`` builds the trainer's attrs config from flags with ``tyro``
 (``--help`` lists every field, nested ones as ``--run.log-dir``, ``--adam.learning-rate``) and
-runs it; ``tempering demo`` and ``tempering tiny-model`` are plain ``argparse`` commands.
+runs it; ``tempering demo`` takes its flags from ``DemoConfig`` the same way;
+``tempering tiny-model`` and ``tempering serve`` are plain ``argparse`` commands.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ _TRAINERS = {
 }
 
 
-def _demo(_args: argparse.Namespace) -> int:
-    print(
-        "tempering demo: the main job (SFT warm start on arithmetic, then RL with verifiable "
-        "rewards, on the local engine) is not built yet; this placeholder exits cleanly."
-    )
-    return 0
+_DEMO_HELP = (
+    "the main job on the local engine: SFT warm start on arithmetic, then RL with verifiable rewards "
+    "(docs/quickstart.md)"
+)
+
+
+def _demo(argv: Sequence[str]) -> int:
+    """``tempering demo [flags]``: the flags are :class:`tempering.recipes.demo.DemoConfig`'s."""
+    import tyro
+
+    from tempering.recipes.demo import DemoConfig, main
+
+    config = tyro.cli(DemoConfig, args=list(argv), prog="tempering demo", description=_DEMO_HELP)
+    return main(config)
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
@@ -95,12 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in _TRAINERS:
         return _train(args_list[0], args_list[1:])
+    if args_list and args_list[0] == "demo":
+        return _demo(args_list[1:])
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in _TRAINERS.items():
         sub.add_parser(name, help=f"{help_text}; see `tempering {name} --help`", add_help=False)
-    demo = sub.add_parser("demo", help="run the main job on the local engine")
-    demo.set_defaults(func=_demo)
+    sub.add_parser("demo", help=f"{_DEMO_HELP}; see `tempering demo --help`", add_help=False)
     tiny = sub.add_parser("tiny-model", help="write the built-in tiny model to a directory")
     tiny.add_argument("directory", help="where to write it (created if needed)")
     tiny.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")

@@ -39,7 +39,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import tinker
@@ -91,19 +91,39 @@ class ModelConfig:
 
         model = ModelConfig(base_model="tempering/tiny", lora_rank=8, renderer_name="chatml")
         client = await model.create_training_client(tempering.service_client())
+        # continue from another run's weights (its final save_state path), fresh optimizer:
+        ModelConfig(init_state=sft_result.final.state_path)
     """
 
     base_model: str = "tempering/tiny"
     lora_rank: int = 8
+    """LoRA rank; ``0`` trains every parameter (full fine-tuning, local engine only)."""
     seed: int = 0
     renderer_name: str = "chatml"
     """The renderer (``tempering.renderers.get_renderer``) that matches the model's chat format."""
+    init_state: str | None = None
+    """Start from the weights saved by ``save_state`` at this path (e.g. an SFT run's final
+    checkpoint) with a fresh optimizer; the checkpoint's LoRA shape (or full weights) is kept and
+    ``lora_rank``/``seed`` are not used. ``base_model`` should name the checkpoint's base model."""
 
     def tokenizer(self) -> Tokenizer:
         return load_tokenizer(self.base_model)
 
     async def create_training_client(self, service: ServiceClient) -> TrainingClient:
+        if self.init_state is not None:
+            return await service.create_training_client_from_state(self.init_state)
+        if self.lora_rank == 0:
+            if not isinstance(service, _FullTraining):
+                raise ValueError("lora_rank=0 (full fine-tuning) needs the local engine's service client")
+            return await service.create_full_training_client(self.base_model)
         return await service.create_lora_training_client(self.base_model, rank=self.lora_rank, seed=self.seed)
+
+
+@runtime_checkable
+class _FullTraining(Protocol):
+    """A service client that can train every parameter (the local engine's)."""
+
+    def create_full_training_client(self, base_model: str, /) -> Future[TrainingClient]: ...
 
 
 @attrs.frozen(kw_only=True)

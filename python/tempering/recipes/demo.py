@@ -1,0 +1,291 @@
+"""``tempering demo`` (``make demo``): SFT warm start on arithmetic, then RL with verifiable
+rewards from that checkpoint, on the local engine with the built-in tiny model, offline.
+
+The pipeline is made of the library's own pieces; nothing here is a training loop:
+
+1. Data: every two-digit ``a+b=`` / ``a-b=`` problem, split by a seeded shuffle into a held-out
+   set (``n_test``) and the training set (:mod:`tempering.recipes.arithmetic`); written as chat
+   JSONL into ``<out>/data``.
+2. SFT: :func:`tempering.sft.train_supervised` (full fine-tuning of ``tempering/tiny``,
+   ``--sft-steps`` steps) with held-out NLL and held-out accuracy evaluators; run directory
+   ``<out>/sft``.
+3. RL: :func:`tempering.rl.train` starting from the SFT run's final checkpoint
+   (``ModelConfig.init_state``) on :class:`~tempering.recipes.arithmetic.ArithmeticProblems`
+   (reward 1 for the exact answer), ``--rl-steps`` steps of ``rl_batch_size`` problems ×
+   ``group_size`` samples; run directory ``<out>/rl``.
+4. The final RL weights are evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both
+   stages, with ``stage`` and ``global_step``), ``curves.png``, ``report.html`` and
+   ``summary.json`` (``sft_accuracy``, ``rl_accuracy``, ``wall_seconds``, …).
+
+Held-out accuracy is the mean exact-match of ``eval_samples`` answers per held-out problem
+sampled at temperature 1 (the policy as RL samples it); greedy accuracy is recorded beside it.
+
+Shapes: ``P`` problems per RL step (``rl_batch_size``), ``G`` samples per problem (``group_size``).
+
+Example::
+
+    tempering demo                                   # defaults: the benchmark in docs/benchmarks.md
+    tempering demo --sft-steps 40 --rl-steps 4 --out /tmp/demo
+    summary = asyncio.run(DemoConfig(out="/tmp/demo")())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from tempering.recipes.arithmetic import (
+    AccuracyEvaluator,
+    ArithmeticProblems,
+    split_problems,
+    write_chat_jsonl,
+)
+from tempering.renderers import get_renderer
+from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
+
+__all__ = ["DemoConfig", "DemoSummary", "main"]
+
+_BASE_MODEL = "tempering/tiny"
+
+
+@attrs.frozen(kw_only=True)
+class DemoConfig:
+    """Sizes and budgets of the demo; calling it (``await config()``) runs it.
+
+    The defaults are the benchmark recorded in docs/benchmarks.md; the test runs a tiny budget.
+    """
+
+    out: str | None = None
+    """Run directory (replaced if it exists); default ``runs/demo-<timestamp>``."""
+    seed: int = 0
+    """Seeds the split, the batch order, the model's initialisation and the evaluations' sampling."""
+    n_test: int = 200
+    """Held-out problems (never trained on)."""
+    eval_samples: int = 4
+    """Answers sampled per held-out problem for the accuracy."""
+    sft_steps: int = 800
+    sft_batch_size: int = 32
+    sft_learning_rate: float = 1e-3
+    sft_eval_every: int = 200
+    rl_steps: int = 40
+    rl_batch_size: int = 16
+    """Problems per RL step (``P``)."""
+    group_size: int = 16
+    """Samples per problem (``G``); the advantage is the reward minus the group's mean."""
+    rl_learning_rate: float = 1e-4
+    rl_eval_every: int = 10
+    num_threads: int | None = None
+    """Torch threads (process-wide); default ``$TEMPERING_NUM_THREADS``, else 2."""
+    progress: bool = True
+    """Show the progress bars."""
+
+    async def __call__(self) -> DemoSummary:
+        return await run_demo(self)
+
+
+@attrs.frozen
+class DemoSummary:
+    """What the demo reports: the run directory and the figures also in ``summary.json``."""
+
+    run_dir: Path
+    sft_accuracy: float
+    rl_accuracy: float
+    sft_greedy_accuracy: float
+    rl_greedy_accuracy: float
+    wall_seconds: float
+
+    def line(self) -> str:
+        """The final summary line."""
+        return (
+            f"held-out accuracy after SFT {self.sft_accuracy:.1%}, after RL {self.rl_accuracy:.1%} "
+            f"(sampled at T=1; greedy {self.sft_greedy_accuracy:.1%} -> {self.rl_greedy_accuracy:.1%}) "
+            f"in {self.wall_seconds:.0f} s"
+        )
+
+
+def _default_out() -> Path:
+    return Path("runs") / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def _eval_steps(total: int, every: int) -> list[int]:
+    """The steps after which the loop evaluates: 0 (before training), every ``every``, the last."""
+    return [0, *(s for s in range(1, total + 1) if s == total or (every > 0 and s % every == 0))]
+
+
+def _combine(stage: str, offset: int, lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"stage": stage, "global_step": offset + int(line["step"]) + 1, **line} for line in lines]
+
+
+async def run_demo(config: DemoConfig) -> DemoSummary:
+    """Run the whole demo; see the module docstring."""
+    from tempering.local import ServiceClient
+    from tempering.rl import RLConfig, train
+    from tempering.sft import ChatData, NLLEvaluator, SFTConfig, train_supervised
+
+    t_start = time.monotonic()
+    out = Path(config.out) if config.out is not None else _default_out()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    threads = config.num_threads
+    if threads is None:
+        threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 2)
+    service = ServiceClient(num_threads=threads, device="cpu")
+
+    # 1. data
+    train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
+    train_path = write_chat_jsonl(train_problems, out / "data" / "train.jsonl")
+    test_path = write_chat_jsonl(test_problems, out / "data" / "test.jsonl")
+    tokenizer = load_tokenizer(_BASE_MODEL)
+    renderer = get_renderer("chatml", tokenizer)
+
+    def evaluator(stage: str) -> AccuracyEvaluator:
+        return AccuracyEvaluator(
+            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=config.seed
+        )
+
+    # 2. SFT (full fine-tuning from the randomly initialised tiny model)
+    sft_model = ModelConfig(base_model=_BASE_MODEL, lora_rank=0, seed=config.seed)
+    sft_run = RunConfig(
+        log_dir=str(out / "sft"),
+        if_exists="overwrite",
+        save_every=0,
+        eval_every=config.sft_eval_every,
+        progress=config.progress,
+    )
+    sft_adam = AdamConfig(
+        learning_rate=config.sft_learning_rate,
+        beta2=0.98,
+        schedule=LRSchedule("cosine", warmup_steps=min(50, config.sft_steps // 10), min_lr_ratio=0.1),
+    )
+    sft_config = SFTConfig(
+        run=sft_run,
+        model=sft_model,
+        data=ChatData(
+            path=str(train_path), test_path=str(test_path), batch_size=config.sft_batch_size, seed=config.seed
+        ),
+        adam=sft_adam,
+        num_epochs=max(1, -(-config.sft_steps // (len(train_problems) // config.sft_batch_size))),
+        max_steps=config.sft_steps,
+    )
+    train_ds, test_ds = sft_config.data(sft_model)()
+    assert test_ds is not None
+    sft_eval = evaluator("sft")
+    print(
+        f"tempering demo: SFT, {config.sft_steps} steps of {config.sft_batch_size} problems -> {out / 'sft'}"
+    )
+    sft = await train_supervised(
+        sft_config,
+        run=sft_run,
+        model=sft_model,
+        adam=sft_adam,
+        train=train_ds,
+        num_epochs=sft_config.num_epochs,
+        max_steps=config.sft_steps,
+        training_evaluators=[NLLEvaluator(test_ds)],
+        sampling_evaluators=[sft_eval],
+        service=service,
+    )
+    sft_records = [
+        attrs.evolve(r, step=s)
+        for r, s in zip(sft_eval.records, _eval_steps(config.sft_steps, config.sft_eval_every), strict=False)
+    ]
+
+    # 3. RL from the SFT checkpoint
+    rl_config = RLConfig(
+        run=RunConfig(
+            log_dir=str(out / "rl"),
+            if_exists="overwrite",
+            save_every=0,
+            eval_every=config.rl_eval_every,
+            progress=config.progress,
+        ),
+        dataset=ArithmeticProblems(
+            base_model=_BASE_MODEL,
+            seed=config.seed,
+            n_test=config.n_test,
+            batch_size=config.rl_batch_size,
+            group_size=config.group_size,
+            test_group_size=config.eval_samples,
+        ),
+        model=ModelConfig(base_model=_BASE_MODEL, init_state=sft.final.state_path),
+        adam=AdamConfig(learning_rate=config.rl_learning_rate, beta2=0.98),
+        num_steps=config.rl_steps,
+        max_tokens=8,
+        temperature=1.0,
+    )
+    print(
+        f"tempering demo: RL, {config.rl_steps} steps of {config.rl_batch_size} problems x "
+        f"{config.group_size} samples -> {out / 'rl'}"
+    )
+    rl = await train(rl_config, service=service)
+
+    # 4. final evaluation of the RL weights, outputs
+    rl_eval = evaluator("rl")
+    sampler = await service.create_sampling_client(model_path=rl.final.sampler_path)
+    await rl_eval(sampler)
+    rl_records = [attrs.evolve(r, step=config.sft_steps + config.rl_steps) for r in rl_eval.records]
+
+    lines = _combine("sft", 0, sft.metrics) + _combine("rl", config.sft_steps, list(rl.metrics))
+    with (out / "metrics.jsonl").open("w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    sft_final, rl_final = sft_records[-1], rl_records[-1]
+    points = [("sft", r.step, r.accuracy, r.greedy_accuracy) for r in sft_records]
+    points += [("rl", config.sft_steps, sft_final.accuracy, sft_final.greedy_accuracy)]
+    points += [("rl", r.step, r.accuracy, r.greedy_accuracy) for r in rl_records]
+
+    from tempering.recipes.report import plot_curves, write_html_report
+
+    plot_curves(lines, out / "curves.png", sft_steps=config.sft_steps, accuracy_points=points)
+    wall = time.monotonic() - t_start
+    summary = DemoSummary(
+        run_dir=out,
+        sft_accuracy=sft_final.accuracy,
+        rl_accuracy=rl_final.accuracy,
+        sft_greedy_accuracy=sft_final.greedy_accuracy,
+        rl_greedy_accuracy=rl_final.greedy_accuracy,
+        wall_seconds=wall,
+    )
+    figures = {
+        "sft_accuracy": summary.sft_accuracy,
+        "rl_accuracy": summary.rl_accuracy,
+        "sft_greedy_accuracy": summary.sft_greedy_accuracy,
+        "rl_greedy_accuracy": summary.rl_greedy_accuracy,
+        "wall_seconds": wall,
+    }
+    write_html_report([*sft_records, *rl_records], out / "report.html", summary=figures)
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                **figures,
+                "n_test": config.n_test,
+                "eval_samples": config.eval_samples,
+                "torch_threads": threads,
+                "config": attrs.asdict(config),
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    service.close()
+    return summary
+
+
+def main(config: DemoConfig) -> int:
+    """Run the demo, print the summary line and the run directory; the CLI's entry point."""
+    import asyncio
+
+    summary = asyncio.run(run_demo(config))
+    print(summary.line())
+    print(f"run directory: {summary.run_dir}")
+    return 0

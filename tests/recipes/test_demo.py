@@ -1,0 +1,76 @@
+"""``tempering demo`` at a tiny budget, in a subprocess: every output exists and the metrics move
+the right way. The full-budget figures are a benchmark (docs/benchmarks.md), not a test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tempering.recipes.arithmetic import all_problems, split_problems, write_chat_jsonl
+
+_TINY = [
+    "--sft-steps", "40", "--sft-eval-every", "20", "--sft-batch-size", "16",
+    "--rl-steps", "4", "--rl-eval-every", "2", "--rl-batch-size", "4", "--group-size", "8",
+    "--n-test", "24", "--eval-samples", "2", "--no-progress",
+]  # fmt: skip
+
+
+def test_split_is_disjoint_and_seeded() -> None:
+    train, test = split_problems(seed=3, n_test=50)
+    assert len(train) + len(test) == len(all_problems()) == 100 * 100 + 100 * 101 // 2
+    assert not {p.question for p in train} & {p.question for p in test}
+    assert split_problems(seed=3, n_test=50) == (train, test)
+    assert split_problems(seed=4, n_test=50)[1] != test
+    for p in test:
+        a, op, b = p.question[:-1].partition("+") if "+" in p.question else p.question[:-1].partition("-")
+        assert int(p.answer) == (int(a) + int(b) if op == "+" else int(a) - int(b)) >= 0
+
+
+def test_write_chat_jsonl(tmp_path: Path) -> None:
+    _, test = split_problems(n_test=3)
+    rows = [json.loads(x) for x in write_chat_jsonl(test, tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [r["messages"][1]["content"] for r in rows] == [p.answer for p in test]
+
+
+def test_demo_tiny_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "TEMPERING_HOME": str(tmp_path / "home"), "TEMPERING_NUM_THREADS": "1"}
+    env.pop("TINKER_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "demo", *_TINY, "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"run directory: {out}" in proc.stdout
+    assert "held-out accuracy after SFT" in proc.stdout
+
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("sft_accuracy", "rl_accuracy"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert summary["wall_seconds"] > 0
+
+    png = (out / "curves.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(png) > 1000
+    report = (out / "report.html").read_text()
+    assert report.startswith("<!DOCTYPE html>")
+    assert 'class="tok"' in report
+    assert "advantage" in report
+    assert "SFT, step 40" in report
+    assert "RL, step 44" in report
+
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    sft = [x for x in lines if x["stage"] == "sft"]
+    rl = [x for x in lines if x["stage"] == "rl"]
+    assert [x["step"] for x in sft] == list(range(40))
+    assert [x["global_step"] for x in rl] == [41, 42, 43, 44]
+    # The directions that hold at this budget (fixed seeds): SFT learns the format...
+    assert sft[-1]["test/nll"] < 0.6 * sft[0]["initial/test/nll"]
+    assert sum(x["loss"] for x in sft[-5:]) < 0.6 * sum(x["loss"] for x in sft[:5])
+    # ...and RL, from the SFT checkpoint, does not lose reward.
+    assert all("env/reward/mean" in x for x in rl)
+    assert rl[-1]["env/reward/mean"] >= rl[0]["env/reward/mean"]
+    assert "test/correct" in rl[-1]
