@@ -150,8 +150,8 @@ def assert_batch_matches(batch: rl.RaggedBatch, expected: list[ref.RefDatum]) ->
     assert batch.n_datums == len(expected)
     for d, e in enumerate(expected):
         ka, kb = batch.opaque_offsets_D1[d], batch.opaque_offsets_D1[d + 1]
-        assert batch.opaque_pos_K[ka:kb].tolist() == e.opaque_pos
-        assert list(batch.opaque_chunks_K[ka:kb]) == [
+        assert batch.opaque_pos_C[ka:kb].tolist() == e.opaque_pos
+        assert list(batch.opaque_chunks_C[ka:kb]) == [
             c for c in e.chunks if not isinstance(c, EncodedTextChunk)
         ]
 

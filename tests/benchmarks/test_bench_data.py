@@ -246,8 +246,8 @@ def peak_memory(w: Workload) -> dict[str, float]:
             "group_idx_D",
             "traj_idx_D",
             "opaque_offsets_D1",
-            "opaque_pos_K",
-            "opaque_len_K",
+            "opaque_pos_C",
+            "opaque_len_C",
         ]
     )
     return {

@@ -1,7 +1,7 @@
 """The RL data path: trajectory groups → advantages → datums, on the Rust core.
 
 Shapes (docs/notation.md): ``P`` problems (env groups), ``G`` members of a group, ``T`` token
-positions of one datum, ``D`` datums, ``N`` all positions of a batch, ``K`` opaque chunks.
+positions of one datum, ``D`` datums, ``N`` all positions of a batch, ``C`` opaque chunks.
 
 =============================  =============================================================
 function                       what
@@ -147,7 +147,7 @@ def remove_constant_reward_groups(
 
 @attrs.frozen(eq=False)
 class RaggedBatch:
-    """RL datums, columnar: ``D`` datums, ``N`` positions, ``K`` opaque (non-token) chunks.
+    """RL datums, columnar: ``D`` datums, ``N`` positions, ``C`` opaque (non-token) chunks.
 
     Every array is a numpy array the Rust core allocated and handed over without a copy.
 
@@ -162,10 +162,10 @@ class RaggedBatch:
     ``offsets_D1``         ``[D+1]``   datum ``d`` is positions ``[offsets_D1[d], offsets_D1[d+1])``
     ``group_idx_D``        ``[D]``     the problem (group) of each datum
     ``traj_idx_D``         ``[D]``     the member of its group of each datum
-    ``opaque_offsets_D1``  ``[D+1]``   the opaque chunks of datum ``d``, over ``K``
-    ``opaque_pos_K``       ``[K]``     position of each opaque chunk in its datum's model input
-    ``opaque_len_K``       ``[K]``     its length in positions
-    ``opaque_chunks_K``    ``K``       the chunk objects, unchanged
+    ``opaque_offsets_D1``  ``[D+1]``   the opaque chunks of datum ``d``, over ``C``
+    ``opaque_pos_C``       ``[C]``     position of each opaque chunk in its datum's model input
+    ``opaque_len_C``       ``[C]``     its length in positions
+    ``opaque_chunks_C``    ``C``       the chunk objects, unchanged
     ``token_runs_D``       ``D``       optional: model-input tokens as ready lists (see
                                        ``trajectories_to_batch(token_runs=True)``)
     =====================  ==========  ============================================================
@@ -187,9 +187,9 @@ class RaggedBatch:
     group_idx_D: Int64Array
     traj_idx_D: Int64Array
     opaque_offsets_D1: Int64Array
-    opaque_pos_K: Int64Array
-    opaque_len_K: Int64Array
-    opaque_chunks_K: Sequence[ModelInputChunk] = ()
+    opaque_pos_C: Int64Array
+    opaque_len_C: Int64Array
+    opaque_chunks_C: Sequence[ModelInputChunk] = ()
     token_runs_D: Sequence[Sequence[list[int]]] | None = None
     """Optional: each datum's model-input tokens as ready lists (the runs between its opaque
     chunks), used by :meth:`to_datums` instead of converting ``tokens_N``."""
@@ -236,8 +236,8 @@ class RaggedBatch:
             group_idx_D=group_idx_D,
             traj_idx_D=traj_idx_D,
             opaque_offsets_D1=np.zeros(n_d + 1, dtype=np.int64),
-            opaque_pos_K=np.zeros(0, dtype=np.int64),
-            opaque_len_K=np.zeros(0, dtype=np.int64),
+            opaque_pos_C=np.zeros(0, dtype=np.int64),
+            opaque_len_C=np.zeros(0, dtype=np.int64),
         )
 
     @property
@@ -257,9 +257,9 @@ class RaggedBatch:
         ka, kb = int(self.opaque_offsets_D1[d]), int(self.opaque_offsets_D1[d + 1])
         return model_input_from_columns(
             self.tokens_N[a:b],
-            self.opaque_pos_K[ka:kb].tolist(),
-            self.opaque_len_K[ka:kb].tolist(),
-            self.opaque_chunks_K[ka:kb],
+            self.opaque_pos_C[ka:kb].tolist(),
+            self.opaque_len_C[ka:kb].tolist(),
+            self.opaque_chunks_C[ka:kb],
         )
 
     def to_datums(self) -> list[tinker.Datum]:
@@ -275,9 +275,9 @@ class RaggedBatch:
                 "mask": self.mask_N,
             },
             self.opaque_offsets_D1,
-            self.opaque_pos_K,
-            self.opaque_len_K,
-            self.opaque_chunks_K,
+            self.opaque_pos_C,
+            self.opaque_len_C,
+            self.opaque_chunks_C,
             self.token_runs_D,
         )
 
@@ -355,9 +355,9 @@ def _from_packed(p: _core.PackedRL) -> RaggedBatch:
         group_idx_D=p.group_idx_D,
         traj_idx_D=p.traj_idx_D,
         opaque_offsets_D1=p.opaque_offsets_D1,
-        opaque_pos_K=p.opaque_pos_K,
-        opaque_len_K=p.opaque_len_K,
-        opaque_chunks_K=p.opaque_chunks_K,
+        opaque_pos_C=p.opaque_pos_C,
+        opaque_len_C=p.opaque_len_C,
+        opaque_chunks_C=p.opaque_chunks_C,
         token_runs_D=p.token_runs_D,
     )
 

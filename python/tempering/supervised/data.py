@@ -93,9 +93,9 @@ def build_datums(
     offsets_D1: Int64Array,
     loss_fn_inputs_N: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.float32]],
     opaque_offsets_D1: Int64Array | None = None,
-    opaque_pos_K: Int64Array | None = None,
-    opaque_len_K: Int64Array | None = None,
-    opaque_chunks_K: Sequence[ModelInputChunk] = (),
+    opaque_pos_C: Int64Array | None = None,
+    opaque_len_C: Int64Array | None = None,
+    opaque_chunks_C: Sequence[ModelInputChunk] = (),
     token_runs_D: Sequence[Sequence[list[int]]] | None = None,
 ) -> list[tinker.Datum]:
     """``tinker.Datum`` objects from columnar buffers, one per row of ``offsets_D1``.
@@ -112,7 +112,7 @@ def build_datums(
     ModelInput_construct = tinker.ModelInput.model_construct
     Chunk_construct = EncodedTextChunk.model_construct
     data_D: list[tinker.Datum] = []
-    if not opaque_chunks_K:
+    if not opaque_chunks_C:
         # The hot loop: per datum, one list of input tokens and a view per loss input.
         for d in range(len(offs) - 1):
             a, b = offs[d], offs[d + 1]
@@ -125,22 +125,22 @@ def build_datums(
             )
         return data_D
     assert opaque_offsets_D1 is not None
-    assert opaque_pos_K is not None
-    assert opaque_len_K is not None
+    assert opaque_pos_C is not None
+    assert opaque_len_C is not None
     ooffs: list[int] = opaque_offsets_D1.tolist()
-    pos_K: list[int] = opaque_pos_K.tolist()
-    len_K: list[int] = opaque_len_K.tolist()
+    pos_C: list[int] = opaque_pos_C.tolist()
+    len_C: list[int] = opaque_len_C.tolist()
     for d in range(len(offs) - 1):
         a, b = offs[d], offs[d + 1]
         ka, kb = ooffs[d], ooffs[d + 1]
         if token_runs_D is None:
             model_input = model_input_from_columns(
-                tokens_N[a:b], pos_K[ka:kb], len_K[ka:kb], opaque_chunks_K[ka:kb]
+                tokens_N[a:b], pos_C[ka:kb], len_C[ka:kb], opaque_chunks_C[ka:kb]
             )
         else:
             runs = token_runs_D[d]
             chunks: list[ModelInputChunk] = []
-            for k, opaque in enumerate(opaque_chunks_K[ka:kb]):
+            for k, opaque in enumerate(opaque_chunks_C[ka:kb]):
                 if runs[k]:
                     chunks.append(Chunk_construct(tokens=runs[k]))
                 chunks.append(opaque)
@@ -155,7 +155,7 @@ def build_datums(
 
 @attrs.frozen(eq=False)
 class SupervisedBatch:
-    """Supervised datums, columnar: ``D`` datums, ``N`` positions, ``K`` opaque chunks.
+    """Supervised datums, columnar: ``D`` datums, ``N`` positions, ``C`` opaque chunks.
 
     ==========================  ==========  ==============================================
     field                       shape       meaning
@@ -164,10 +164,10 @@ class SupervisedBatch:
     ``target_tokens_N``         ``[N]``     next token (0 inside opaque chunks)
     ``weights_N``               ``[N]``     weight of each target
     ``offsets_D1``              ``[D+1]``   datum ``d`` is ``[offsets_D1[d], offsets_D1[d+1])``
-    ``opaque_offsets_D1``       ``[D+1]``   opaque chunks of datum ``d``, over ``K``
-    ``opaque_pos_K``            ``[K]``     position of each opaque chunk in its datum
-    ``opaque_len_K``            ``[K]``     length of each opaque chunk
-    ``opaque_chunks_K``         ``K``       the chunk objects (images, ...)
+    ``opaque_offsets_D1``       ``[D+1]``   opaque chunks of datum ``d``, over ``C``
+    ``opaque_pos_C``            ``[C]``     position of each opaque chunk in its datum
+    ``opaque_len_C``            ``[C]``     length of each opaque chunk
+    ``opaque_chunks_C``         ``C``       the chunk objects (images, ...)
     ==========================  ==========  ==============================================
 
     Example::
@@ -181,9 +181,9 @@ class SupervisedBatch:
     weights_N: Float32Array
     offsets_D1: Int64Array
     opaque_offsets_D1: Int64Array
-    opaque_pos_K: Int64Array
-    opaque_len_K: Int64Array
-    opaque_chunks_K: Sequence[ModelInputChunk] = ()
+    opaque_pos_C: Int64Array
+    opaque_len_C: Int64Array
+    opaque_chunks_C: Sequence[ModelInputChunk] = ()
 
     @property
     def n_datums(self) -> int:
@@ -195,9 +195,9 @@ class SupervisedBatch:
         ka, kb = int(self.opaque_offsets_D1[d]), int(self.opaque_offsets_D1[d + 1])
         return model_input_from_columns(
             self.tokens_N[a:b],
-            self.opaque_pos_K[ka:kb].tolist(),
-            self.opaque_len_K[ka:kb].tolist(),
-            self.opaque_chunks_K[ka:kb],
+            self.opaque_pos_C[ka:kb].tolist(),
+            self.opaque_len_C[ka:kb].tolist(),
+            self.opaque_chunks_C[ka:kb],
         )
 
     def to_datums(self) -> list[tinker.Datum]:
@@ -207,9 +207,9 @@ class SupervisedBatch:
             self.offsets_D1,
             {"target_tokens": self.target_tokens_N, "weights": self.weights_N},
             self.opaque_offsets_D1,
-            self.opaque_pos_K,
-            self.opaque_len_K,
-            self.opaque_chunks_K,
+            self.opaque_pos_C,
+            self.opaque_len_C,
+            self.opaque_chunks_C,
         )
 
 
@@ -223,9 +223,9 @@ def _pack(
         weights_N=p.weights_N,
         offsets_D1=p.offsets_D1,
         opaque_offsets_D1=p.opaque_offsets_D1,
-        opaque_pos_K=p.opaque_pos_K,
-        opaque_len_K=p.opaque_len_K,
-        opaque_chunks_K=p.opaque_chunks_K,
+        opaque_pos_C=p.opaque_pos_C,
+        opaque_len_C=p.opaque_len_C,
+        opaque_chunks_C=p.opaque_chunks_C,
     )
 
 

@@ -59,18 +59,18 @@ pub struct TrajectoriesIn<'a> {
     pub advantages_PG: &'a [f64],
 }
 
-/// Where the opaque chunks of each datum go: `K` chunks in datum order.
+/// Where the opaque chunks of each datum go: `C` chunks in datum order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[allow(non_snake_case)]
 pub struct OpaqueLayout {
-    /// `D + 1` offsets over the `K` chunks.
+    /// `D + 1` offsets over the `C` chunks.
     pub offsets_D1: Vec<i64>,
     /// Position of each chunk in its datum's model input.
-    pub pos_K: Vec<i64>,
+    pub pos_C: Vec<i64>,
     /// Length in positions of each chunk.
-    pub len_K: Vec<i64>,
+    pub len_C: Vec<i64>,
     /// The caller's handle of each chunk.
-    pub handle_K: Vec<i64>,
+    pub handle_C: Vec<i64>,
 }
 
 /// The packed batch: `D` datums, `N` positions in all, aligned with the model inputs.
@@ -299,9 +299,9 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
         traj_idx_D: Vec::with_capacity(n_d),
         opaque: OpaqueLayout {
             offsets_D1: Vec::with_capacity(n_d + 1),
-            pos_K: Vec::with_capacity(plan.n_opaque),
-            len_K: Vec::with_capacity(plan.n_opaque),
-            handle_K: Vec::with_capacity(plan.n_opaque),
+            pos_C: Vec::with_capacity(plan.n_opaque),
+            len_C: Vec::with_capacity(plan.n_opaque),
+            handle_C: Vec::with_capacity(plan.n_opaque),
         },
         input_segments: Vec::new(),
         input_segment_offsets_D1: Vec::with_capacity(n_d + 1),
@@ -337,11 +337,11 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
                     }
                     Chunk::Opaque { len, handle, .. } => {
                         // A prefix never ends inside an opaque chunk, so `c_start >= skip`.
-                        let source = SegmentSource::Opaque { chunk: ci, k: out.opaque.pos_K.len() };
+                        let source = SegmentSource::Opaque { chunk: ci, k: out.opaque.pos_C.len() };
                         out.input_segments.push(InputSegment { transition: x, source, start: 0, len });
-                        out.opaque.pos_K.push(w.q as i64);
-                        out.opaque.len_K.push(len as i64);
-                        out.opaque.handle_K.push(handle as i64);
+                        out.opaque.pos_C.push(w.q as i64);
+                        out.opaque.len_C.push(len as i64);
+                        out.opaque.handle_C.push(handle as i64);
                         w.zeros(len)
                     }
                 };
@@ -368,7 +368,7 @@ fn fill(input: &TrajectoriesIn<'_>, plan: &Plan) -> PackedRl {
         out.offsets_D1.push(out.tokens_N.len() as i64);
         out.group_idx_D.push(d.problem as i64);
         out.traj_idx_D.push(d.member as i64);
-        out.opaque.offsets_D1.push(out.opaque.pos_K.len() as i64);
+        out.opaque.offsets_D1.push(out.opaque.pos_C.len() as i64);
         out.input_segment_offsets_D1.push(out.input_segments.len());
     }
     debug_assert_eq!(out.tokens_N.len(), n);
@@ -487,15 +487,15 @@ mod tests {
         // The chunk kept is the first one seen (handle 42), at input position 1.
         assert_eq!(
             out.opaque,
-            OpaqueLayout { offsets_D1: vec![0, 1], pos_K: vec![1], len_K: vec![3], handle_K: vec![42] }
+            OpaqueLayout { offsets_D1: vec![0, 1], pos_C: vec![1], len_C: vec![3], handle_C: vec![42] }
         );
         // A different image at the same place breaks the prefix: two datums.
         let ob1b = [toks(&[1]), Chunk::Opaque { class: 8, len: 3, handle: 43 }, toks(&[2, 5, 6])];
         let xs = [tr(&ob0, &[5], &[-1.0]), tr(&ob1b, &[7], &[-2.0])];
         let out = pack_trajectories(&one_group(&xs, &[0, 2], &[1.0])).unwrap();
         assert_eq!(out.offsets_D1, vec![0, 5, 12]);
-        assert_eq!(out.opaque.handle_K, vec![42, 43]);
-        assert_eq!(out.opaque.pos_K, vec![1, 1]);
+        assert_eq!(out.opaque.handle_C, vec![42, 43]);
+        assert_eq!(out.opaque.pos_C, vec![1, 1]);
     }
 
     #[test]
@@ -628,9 +628,9 @@ mod tests {
                         vals.push((lp, a, m));
                     }
                     Elem::Img { len, handle, .. } => {
-                        out.opaque.pos_K.push(pos as i64);
-                        out.opaque.len_K.push(len as i64);
-                        out.opaque.handle_K.push(handle as i64);
+                        out.opaque.pos_C.push(pos as i64);
+                        out.opaque.len_C.push(len as i64);
+                        out.opaque.handle_C.push(handle as i64);
                         toks.extend(std::iter::repeat_n(0, len));
                         vals.extend(std::iter::repeat_n((lp, a, m), len));
                     }
@@ -646,7 +646,7 @@ mod tests {
             out.offsets_D1.push(out.tokens_N.len() as i64);
             out.group_idx_D.push(p as i64);
             out.traj_idx_D.push(g as i64);
-            out.opaque.offsets_D1.push(out.opaque.pos_K.len() as i64);
+            out.opaque.offsets_D1.push(out.opaque.pos_C.len() as i64);
         };
         for (p, w) in input.member_offsets_P1.windows(2).enumerate() {
             for (g, pg) in (w[0]..w[1]).enumerate() {

@@ -6,7 +6,7 @@
 //!
 //! Shape suffixes follow docs/notation.md: `_P` problems (groups), `_G` members of a
 //! group, `_T` tokens, `_D` datums, `_N` all positions of a ragged batch, `_X` all
-//! transitions, `_K` all opaque (non-token) chunks.
+//! transitions, `_C` all opaque (non-token) chunks (`_K` stays for alternatives per position).
 //!
 //! | module | what |
 //! | --- | --- |

@@ -132,9 +132,9 @@ pub fn pack_examples(examples: &[ExampleIn<'_>], max_length: Option<usize>) -> R
         offsets_D1: Vec::with_capacity(examples.len() + 1),
         opaque: OpaqueLayout {
             offsets_D1: Vec::with_capacity(examples.len() + 1),
-            pos_K: Vec::with_capacity(n_opaque),
-            len_K: Vec::with_capacity(n_opaque),
-            handle_K: Vec::with_capacity(n_opaque),
+            pos_C: Vec::with_capacity(n_opaque),
+            len_C: Vec::with_capacity(n_opaque),
+            handle_C: Vec::with_capacity(n_opaque),
         },
     };
     out.offsets_D1.push(0);
@@ -151,9 +151,9 @@ pub fn pack_examples(examples: &[ExampleIn<'_>], max_length: Option<usize>) -> R
                 }
                 Chunk::Opaque { len, handle, .. } => {
                     if len > 0 {
-                        out.opaque.pos_K.push(w.q as i64);
-                        out.opaque.len_K.push(len as i64);
-                        out.opaque.handle_K.push(handle as i64);
+                        out.opaque.pos_C.push(w.q as i64);
+                        out.opaque.len_C.push(len as i64);
+                        out.opaque.handle_C.push(handle as i64);
                         w.zeros(len);
                     }
                 }
@@ -162,7 +162,7 @@ pub fn pack_examples(examples: &[ExampleIn<'_>], max_length: Option<usize>) -> R
         debug_assert_eq!(w.q, l);
         ex.weights.extend_f32(1, l - 1, &mut out.weights_N);
         out.offsets_D1.push(out.tokens_N.len() as i64);
-        out.opaque.offsets_D1.push(out.opaque.pos_K.len() as i64);
+        out.opaque.offsets_D1.push(out.opaque.pos_C.len() as i64);
     }
     Ok(out)
 }
@@ -202,8 +202,8 @@ mod tests {
         let out = pack_examples(&[ExampleIn { chunks: &c, weights: Floats::F32(&w) }], Some(6)).unwrap();
         assert_eq!(out.tokens_N, vec![1, 2, 0, 0, 0]);
         assert_eq!(out.target_tokens_N, vec![2, 0, 0, 0, 3]);
-        assert_eq!(out.opaque.pos_K, vec![2]);
-        assert_eq!(out.opaque.handle_K, vec![7]);
+        assert_eq!(out.opaque.pos_C, vec![2]);
+        assert_eq!(out.opaque.handle_C, vec![7]);
         let c2 = [toks(&[1, 2]), img];
         let e = pack_examples(&[ExampleIn { chunks: &c2, weights: Floats::F32(&w[..5]) }], None).unwrap_err();
         assert!(e.to_string().starts_with("example 0:") && e.to_string().contains("non-token"));

@@ -181,9 +181,9 @@ struct PackedRL {
     group_idx_D: Py<PyArray1<i64>>,
     traj_idx_D: Py<PyArray1<i64>>,
     opaque_offsets_D1: Py<PyArray1<i64>>,
-    opaque_pos_K: Py<PyArray1<i64>>,
-    opaque_len_K: Py<PyArray1<i64>>,
-    opaque_chunks_K: Py<PyList>,
+    opaque_pos_C: Py<PyArray1<i64>>,
+    opaque_len_C: Py<PyArray1<i64>>,
+    opaque_chunks_C: Py<PyList>,
     /// With `token_runs=True`: for each datum, its model input's token runs (the runs between
     /// its opaque chunks, `K_d + 1` lists of ints), built from the input lists' own int objects.
     token_runs_D: Option<Py<PyList>>,
@@ -262,19 +262,19 @@ struct PackedSupervised {
     weights_N: Py<PyArray1<f32>>,
     offsets_D1: Py<PyArray1<i64>>,
     opaque_offsets_D1: Py<PyArray1<i64>>,
-    opaque_pos_K: Py<PyArray1<i64>>,
-    opaque_len_K: Py<PyArray1<i64>>,
-    opaque_chunks_K: Py<PyList>,
+    opaque_pos_C: Py<PyArray1<i64>>,
+    opaque_len_C: Py<PyArray1<i64>>,
+    opaque_chunks_C: Py<PyList>,
 }
 
 type OpaqueArrays = (Py<PyArray1<i64>>, Py<PyArray1<i64>>, Py<PyArray1<i64>>, Py<PyList>);
 
 fn opaque_to_py<'py>(py: Python<'py>, o: OpaqueLayout, objects: &[Bound<'py, PyAny>]) -> PyResult<OpaqueArrays> {
-    let chunks = PyList::new(py, o.handle_K.iter().map(|&h| &objects[h as usize]))?;
+    let chunks = PyList::new(py, o.handle_C.iter().map(|&h| &objects[h as usize]))?;
     Ok((
         PyArray1::from_vec(py, o.offsets_D1).unbind(),
-        PyArray1::from_vec(py, o.pos_K).unbind(),
-        PyArray1::from_vec(py, o.len_K).unbind(),
+        PyArray1::from_vec(py, o.pos_C).unbind(),
+        PyArray1::from_vec(py, o.len_C).unbind(),
         chunks.unbind(),
     ))
 }
@@ -390,7 +390,7 @@ fn pack_trajectories<'py>(
     } else {
         None
     };
-    let (opaque_offsets_D1, opaque_pos_K, opaque_len_K, opaque_chunks_K) =
+    let (opaque_offsets_D1, opaque_pos_C, opaque_len_C, opaque_chunks_C) =
         opaque_to_py(py, out.opaque, &inputs.opaque)?;
     Ok(PackedRL {
         token_runs_D,
@@ -403,9 +403,9 @@ fn pack_trajectories<'py>(
         group_idx_D: PyArray1::from_vec(py, out.group_idx_D).unbind(),
         traj_idx_D: PyArray1::from_vec(py, out.traj_idx_D).unbind(),
         opaque_offsets_D1,
-        opaque_pos_K,
-        opaque_len_K,
-        opaque_chunks_K,
+        opaque_pos_C,
+        opaque_len_C,
+        opaque_chunks_C,
         compared_positions: out.compared_positions,
     })
 }
@@ -439,7 +439,7 @@ fn pack_examples<'py>(
         .map(|(r, w)| ExampleIn { chunks: &chunks[r.clone()], weights: w.view(&inputs.arena) })
         .collect();
     let out = compute(py, || supervised::pack_examples(&examples, max_length))?;
-    let (opaque_offsets_D1, opaque_pos_K, opaque_len_K, opaque_chunks_K) =
+    let (opaque_offsets_D1, opaque_pos_C, opaque_len_C, opaque_chunks_C) =
         opaque_to_py(py, out.opaque, &inputs.opaque)?;
     Ok(PackedSupervised {
         tokens_N: PyArray1::from_vec(py, out.tokens_N).unbind(),
@@ -447,9 +447,9 @@ fn pack_examples<'py>(
         weights_N: PyArray1::from_vec(py, out.weights_N).unbind(),
         offsets_D1: PyArray1::from_vec(py, out.offsets_D1).unbind(),
         opaque_offsets_D1,
-        opaque_pos_K,
-        opaque_len_K,
-        opaque_chunks_K,
+        opaque_pos_C,
+        opaque_len_C,
+        opaque_chunks_C,
     })
 }
 
