@@ -614,7 +614,7 @@ def test_gil_is_released_during_the_compute() -> None:
     code or holds the GIL in Rust; a helper thread that sleeps 1 ms per step can therefore only
     advance while the main thread has released the GIL. It advances during the packing, and
     (control) not during pure-Python work of the same length."""
-    n = 3_000_000
+    n = 1_000_000
     arr = np.arange(n, dtype=np.int64) % 1000
     lp = np.full(n, -1.0, dtype=np.float32)
     trajs = [
@@ -662,6 +662,7 @@ def test_gil_is_released_during_the_compute() -> None:
         sys.setswitchinterval(old)
         stop.set()
         thread.join()
+        _core._release_memory()
     assert during_python == 0, "control: the helper must not run while the main thread holds the GIL"
     assert during_compute > 0, "the helper never ran: the compute held the GIL"
 
