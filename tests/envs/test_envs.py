@@ -218,6 +218,20 @@ def test_nim_turn_taking_decides_the_winner(renderer: BaseRenderer) -> None:
     assert [r for r, _ in scored] == [-1.0, 1.0]
 
 
+def test_nim_unparseable_reply_loses_at_once(renderer: BaseRenderer) -> None:
+    # A reply without the stop token does not parse: that player's episode ends, and it loses at
+    # once (the opponent is not left waiting turn_timeout_s for a move that never comes).
+    def garbled_at_4(ob: Observation, stop: StopCondition) -> list[int]:
+        text = renderer.decode(ob.to_ints())
+        pile = int(text.rsplit("Pile: ", 1)[1].split(".", 1)[0])
+        return renderer.tokenizer.encode("2", add_special_tokens=False) if pile == 4 else _say(renderer, "1")
+
+    builder = NimGroupBuilder(renderer, pile=5, n_games=2, turn_timeout_s=60)
+    # p0: 5->4; p1 garbles at 4 and loses.
+    scored = asyncio.run(asyncio.wait_for(_play_nim(builder, garbled_at_4), timeout=10))
+    assert [r for r, _ in scored] == [1.0, -1.0, 1.0, -1.0]
+
+
 def test_tournament_scores_with_a_deterministic_model() -> None:
     prompt: list[Message] = [{"role": "user", "content": "hi"}]
     completions: list[Message] = [{"role": "assistant", "content": "x" * n} for n in (3, 1, 2, 2)]

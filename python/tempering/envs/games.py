@@ -7,9 +7,11 @@ then skips the shared first turn and never retries one member alone). The game's
 group reward (``compute_group_rewards``): +1 for the winner, -1 for the loser, so self-play
 trains both sides from one group.
 
-A player who waits longer than ``turn_timeout_s`` for the opponent wins by forfeit: a game never
-hangs on a failed or absent opponent (this is also how the conformance kit, which plays members
-one after another, gets through a game).
+A player whose episode ends while the game goes on (an unparseable reply, a context overflow)
+loses at once, so the opponent is told straight away. A player who waits longer than
+``turn_timeout_s`` for the opponent wins by forfeit: a game never hangs on a failed or absent
+opponent (this is also how the conformance kit, which plays members one after another, gets
+through a game).
 
 :class:`NimGroupBuilder` plays Nim: a pile of ``pile`` stones, players alternately take 1, 2 or
 3; whoever takes the last stone wins; an invalid move loses at once. ``n_games`` games per
@@ -30,7 +32,16 @@ from typing import ClassVar
 import attrs
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
-from tempering_protocols import Env, EnvGroupBuilder, Message, Metrics, Renderer, Trajectory
+from tempering_protocols import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Message,
+    Metrics,
+    Renderer,
+    StepResult,
+    Trajectory,
+)
 
 __all__ = ["NimGame", "NimGroupBuilder", "NimPlayer"]
 
@@ -57,6 +68,10 @@ class NimGame:
             except TimeoutError:
                 self.winner = player
                 self.changed.notify_all()
+
+    async def resign(self, player: int) -> None:
+        """``player`` leaves the game (its episode ended early): if the game is on, it loses."""
+        await self.move(player, None)
 
     async def move(self, player: int, take: int | None) -> None:
         """Apply ``player``'s move (``None``: invalid, which loses)."""
@@ -111,6 +126,23 @@ class NimPlayer:
         return MessageStepResult(reward=0.0, episode_done=False, next_messages=list(self.history))
 
 
+class _NimPlayerEnv(MessageEnvAdapter):
+    """A :class:`NimPlayer` through the renderer; a player whose episode ends while the game is
+    on (unparseable reply, context overflow) resigns, so the opponent does not wait for it."""
+
+    def __init__(self, player: NimPlayer, renderer: Renderer, max_context_tokens: int | None) -> None:
+        super().__init__(
+            player, renderer, max_context_tokens=max_context_tokens, on_parse_error="penalty", penalty=0.0
+        )
+        self.player = player
+
+    async def step(self, action: Action, /) -> StepResult:
+        result = await super().step(action)
+        if result.episode_done and self.player.game.winner is None:
+            await self.player.game.resign(self.player.player)
+        return result
+
+
 @attrs.frozen
 class NimGroupBuilder(EnvGroupBuilder):
     """``n_games`` games of Nim; both players of each game are members of the group.
@@ -133,15 +165,7 @@ class NimGroupBuilder(EnvGroupBuilder):
         for _ in range(self.n_games):
             game = NimGame(self.pile, self.turn_timeout_s)
             for player in (0, 1):
-                envs.append(
-                    MessageEnvAdapter(
-                        NimPlayer(game, player),
-                        self.renderer,
-                        max_context_tokens=self.max_context_tokens,
-                        on_parse_error="penalty",
-                        penalty=0.0,
-                    )
-                )
+                envs.append(_NimPlayerEnv(NimPlayer(game, player), self.renderer, self.max_context_tokens))
         return envs
 
     async def compute_group_rewards(

@@ -8,15 +8,23 @@ also :class:`GroupTokenCompleter`: ``G`` samples of one observation in a single 
 Every completer carries ``version``: the training step whose weights it samples from. The
 off-policy schedule compares it with the current step (see ``max_steps_off_policy``).
 
+Seeding (:class:`SeedableTokenCompleter`): ``policy.with_seed(s)`` is the same policy whose
+requests carry ``SamplingParams.seed = s``. The rollout runner gives every request its own seed,
+derived with :func:`sampling_seed` from the run's seed and the request's place in the run (step,
+group, member, turn, retry), so samples repeat no matter in which order requests complete. The
+``G`` samples of one request differ from each other (each row draws its own random numbers).
+
 Example::
 
     policy = TinkerTokenCompleter(sampler, max_tokens=64, version=step)
     ac = await policy(observation, stop)
     acs_G = await policy.sample_group(observation, stop, 8)
+    same = await policy.with_seed(sampling_seed(0, "train", step, 3)).sample_group(observation, stop, 8)
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -24,9 +32,34 @@ import attrs
 import numpy as np
 import tinker
 
-from tempering_protocols import Observation, SamplingClient, StopCondition, TokensWithLogprobs
+from tempering_protocols import (
+    Observation,
+    SamplingClient,
+    StopCondition,
+    TokenCompleter,
+    TokensWithLogprobs,
+)
 
-__all__ = ["GroupTokenCompleter", "TinkerTokenCompleter", "policy_version"]
+__all__ = [
+    "GroupTokenCompleter",
+    "SeedableTokenCompleter",
+    "TinkerTokenCompleter",
+    "policy_version",
+    "sampling_seed",
+]
+
+
+def sampling_seed(*key: int | str) -> int:
+    """A 63-bit seed for ``SamplingParams.seed``, a hash of ``key`` (stable across processes,
+    platforms and Python versions; different keys give unrelated seeds).
+
+    Example::
+
+        sampling_seed(0, "train", 5, 2)    # run seed 0, step 5, group 2
+    """
+    text = "/".join(f"{type(k).__name__}:{k}" for k in key)
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 @runtime_checkable
@@ -45,6 +78,20 @@ class GroupTokenCompleter(Protocol):
     ) -> Sequence[TokensWithLogprobs]: ...
 
 
+@runtime_checkable
+class SeedableTokenCompleter(Protocol):
+    """A token completer that can fix the seed of its sampling requests.
+
+    Example::
+
+        seeded = policy.with_seed(sampling_seed(run_seed, "train", step, group, member, turn))
+    """
+
+    def with_seed(self, seed: int | None, /) -> TokenCompleter:
+        """The same policy, its requests seeded with ``seed`` (``None``: unseeded)."""
+        ...
+
+
 def policy_version(policy: object) -> int:
     """The ``version`` attribute of a policy (the step of its weights), 0 when it has none."""
     version = getattr(policy, "version", 0)
@@ -55,7 +102,8 @@ def policy_version(policy: object) -> int:
 class TinkerTokenCompleter:
     """Samples actions from a ``SamplingClient``; logprobs come back with every token.
 
-    ``max_tokens`` bounds one turn; ``version`` is the training step of the weights.
+    ``max_tokens`` bounds one turn; ``version`` is the training step of the weights; ``seed``
+    is the ``SamplingParams.seed`` of every request (``None``: unseeded; see :meth:`with_seed`).
 
     Example::
 
@@ -67,9 +115,16 @@ class TinkerTokenCompleter:
     max_tokens: int
     temperature: float = 1.0
     version: int = 0
+    seed: int | None = None
+
+    def with_seed(self, seed: int | None, /) -> TinkerTokenCompleter:
+        """This policy with its requests seeded by ``seed``."""
+        return attrs.evolve(self, seed=seed)
 
     def _params(self, stop: StopCondition) -> tinker.SamplingParams:
-        return tinker.SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, stop=stop)
+        return tinker.SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, stop=stop, seed=self.seed
+        )
 
     async def __call__(self, model_input: Observation, stop: StopCondition, /) -> TokensWithLogprobs:
         (ac,) = await self.sample_group(model_input, stop, 1)

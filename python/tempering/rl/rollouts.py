@@ -21,6 +21,10 @@ masking                an env masks a turn (no gradient) by setting ``StepResult
 coordinated groups     a builder with ``coordinated_envs = True`` (e.g. the players of one game,
                        who wait for each other) has its members played concurrently from the start
                        and never retried one by one
+seeding                with ``seed`` (the group's) and a :class:`~tempering.rl.policy.SeedableTokenCompleter`,
+                       every request gets its own seed: ``sampling_seed(seed, "first")`` for the
+                       shared first turn, ``sampling_seed(seed, "member", g, attempt, turn)``
+                       otherwise; samples then repeat whatever order requests complete in
 =====================  =============================================================================
 
 Example::
@@ -37,13 +41,13 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, TypeVar
 
 import attrs
 
 from tempering.rl.executors import RemoteEnvError, RolloutExecutor
-from tempering.rl.policy import GroupTokenCompleter, policy_version
+from tempering.rl.policy import GroupTokenCompleter, SeedableTokenCompleter, policy_version, sampling_seed
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -130,7 +134,8 @@ class GroupRollout:
 
     ``group`` is ``None`` when too few members finished (``n_failed`` say how many did not).
     ``end_reasons_G`` and ``stop_reasons`` describe the finished members; ``version`` is the
-    policy version (training step of the sampler's weights) the group was sampled with.
+    policy version (training step of the sampler's weights) the group was sampled with; ``seed``
+    the group's sampling seed (``None``: unseeded).
     """
 
     index: int
@@ -146,6 +151,7 @@ class GroupRollout:
     n_sample_requests: int
     builder: EnvGroupBuilder | None = attrs.field(default=None, eq=False)
     """The builder (kept so a stale group can be resampled)."""
+    seed: int | None = None
 
 
 @attrs.define
@@ -226,14 +232,22 @@ class _FirstTurn:
         return actions[self._slot[g]]
 
 
+def _seeded(policy: TokenCompleter, seed: int | None, *key: int | str) -> TokenCompleter:
+    """``policy`` with its requests seeded by ``sampling_seed(seed, *key)`` (when it can be)."""
+    if seed is None or not isinstance(policy, SeedableTokenCompleter):
+        return policy
+    return policy.with_seed(sampling_seed(seed, *key))
+
+
 async def _play(
     env: Env,
-    policy: TokenCompleter,
+    policy_at: Callable[[int], TokenCompleter],
     config: RolloutConfig,
     clock: _Clock,
     first: tuple[_FirstTurn, int] | None,
 ) -> tuple[Trajectory, EndReason]:
-    """One episode, to its end or to a budget. ``first``: the group's first-turn batcher."""
+    """One episode, to its end or to a budget. ``policy_at(turn)``: the policy of a turn;
+    ``first``: the group's first-turn batcher."""
     reported = False
     try:
         ob, stop = await clock.env(env.initial_observation())
@@ -249,7 +263,7 @@ async def _play(
     n_tokens = 0
     while True:
         if ac is None:
-            ac = await clock.sample(policy(ob, stop))
+            ac = await clock.sample(policy_at(len(transitions))(ob, stop))
         result = await clock.env(env.step(list(ac.tokens)))
         n_tokens += len(ac.tokens)
         done, reason = result.episode_done, "done"
@@ -292,16 +306,18 @@ async def rollout_group(
     limits: RolloutLimits | None = None,
     executor: RolloutExecutor | None = None,
     index: int = 0,
+    seed: int | None = None,
 ) -> GroupRollout:
     """Play one group: make its envs, play every member, score the finished ones, clean up.
 
     Never raises for a failing env (``make_envs``, ``initial_observation``, ``step``,
     ``compute_group_rewards`` or a timeout): the failure is counted in ``failures``. Raises only
-    on cancellation.
+    on cancellation. ``seed``: the group's sampling seed, from which every request's derives
+    (see the module docstring); ``None``: unseeded.
 
     Example::
 
-        rollout = await rollout_group(builder, policy, RolloutConfig())
+        rollout = await rollout_group(builder, policy, RolloutConfig(), seed=sampling_seed(0, 7))
         rollout.group.get_total_rewards()
     """
     limits = limits if limits is not None else RolloutLimits.from_config(config)
@@ -327,16 +343,20 @@ async def rollout_group(
         batcher = (
             None
             if coordinated or n_members < 2
-            else _FirstTurn(n_members, policy, clock, config.share_first_turn)
+            else _FirstTurn(n_members, _seeded(policy, seed, "first"), clock, config.share_first_turn)
         )
 
         async def member(g: int, env: Env) -> tuple[Trajectory, Env, EndReason] | None:
             attempt = 0
             first = (batcher, g) if batcher is not None else None
             while True:
+
+                def policy_at(turn: int, attempt: int = attempt) -> TokenCompleter:
+                    return _seeded(policy, seed, "member", g, attempt, turn)
+
                 try:
                     traj, reason = await _with_timeout(
-                        _play(env, policy, config, clock, first), config.rollout_timeout_s
+                        _play(env, policy_at, config, clock, first), config.rollout_timeout_s
                     )
                     return traj, env, reason
                 except Exception as exc:  # the env's failure (or a timeout), counted
@@ -391,6 +411,7 @@ async def rollout_group(
         env_s=stats.env_s,
         n_sample_requests=stats.n_sample_requests,
         builder=builder,
+        seed=seed,
     )
 
 
@@ -401,8 +422,10 @@ async def rollout_batch(
     *,
     limits: RolloutLimits | None = None,
     executor: RolloutExecutor | None = None,
+    seed: int | None = None,
 ) -> list[GroupRollout]:
-    """Roll out every group of a batch concurrently; results in builder order.
+    """Roll out every group of a batch concurrently; results in builder order. ``seed``: the
+    batch's sampling seed; group ``p`` is seeded with ``sampling_seed(seed, "group", p)``.
 
     Example::
 
@@ -412,7 +435,15 @@ async def rollout_batch(
     return list(
         await asyncio.gather(
             *(
-                rollout_group(b, policy, config, limits=limits, executor=executor, index=p)
+                rollout_group(
+                    b,
+                    policy,
+                    config,
+                    limits=limits,
+                    executor=executor,
+                    index=p,
+                    seed=None if seed is None else sampling_seed(seed, "group", p),
+                )
                 for p, b in enumerate(builders_P)
             )
         )

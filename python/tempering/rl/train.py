@@ -23,6 +23,15 @@ schedule        groups of step ``s``
                 ahead of training.
 ==============  ======================================================================================
 
+Seeding: with ``RLConfig.seed`` (default 0) every sampling request is seeded from the run's seed
+and its place in the run: group ``p`` of step ``s`` (resampled ``r`` times) samples with group
+seed ``sampling_seed(seed, "train", s, p, r)``, from which each member's, turn's and retry's
+request seed derives (:func:`~tempering.rl.rollouts.rollout_group`); the evaluation after step
+``s`` uses ``sampling_seed(seed, "test", s + 1, i)`` for test batch ``i``. The seeds do not
+depend on the order in which requests complete, so ``sync`` and ``streaming`` runs (and a resumed
+run) repeat their samples; ``async`` repeats each group's samples given the weights it was
+sampled with, but which weights those are depends on timing.
+
 Bookkeeping (run directory, ``metrics.jsonl``, checkpoints, exact resume, LR schedule, progress
 bar) is :mod:`tempering.training`'s: this module supplies what one step submits. Metrics
 (one line per step) include ``env/reward/mean``, ``env/<tag>/reward/mean``, ``env/correct``,
@@ -62,7 +71,7 @@ from tempering.rl.data import (
     trajectories_to_batch,
 )
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
-from tempering.rl.policy import TinkerTokenCompleter
+from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
 from tempering.rl.rollouts import GroupRollout, RolloutConfig, RolloutLimits, rollout_batch, rollout_group
 from tempering.training.loop import ModelConfig, PendingStep, RunConfig, TrainingLoop, run_pipelined
 from tempering.training.rundir import CheckpointRecord
@@ -132,6 +141,10 @@ class RLConfig:
     distill_coef: float = 1.0
     env_workers: int = 0
     """0: env work in the event loop; ``n > 0``: in ``n`` worker processes."""
+    seed: int | None = 0
+    """The run's sampling seed: every request's ``SamplingParams.seed`` derives from it and the
+    request's place in the run (step, group, member, turn, retry, resample), so a run, and a
+    resumed run, repeats its samples; ``None``: unseeded."""
 
     def __attrs_post_init__(self) -> None:
         if self.num_substeps < 1:
@@ -307,7 +320,8 @@ class _Run:
         self.reference: SamplingClient | None = None
         self.teacher: SamplingClient | None = None
         self.stale = StaleGroupFilter(config.max_steps_off_policy)
-        self.queue: asyncio.Queue[GroupRollout] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[GroupRollout, int, int]] = asyncio.Queue()
+        """Finished async groups, with the step whose batch they came from and their resample count."""
         self.in_flight = 0
         self.producer: asyncio.Task[None] | None = None
         self.trained = asyncio.Condition()
@@ -320,6 +334,11 @@ class _Run:
 
     def batch(self, step: int) -> Sequence[EnvGroupBuilder]:
         return self.train_ds.get_batch(step % len(self.train_ds))
+
+    def group_seed(self, step: int, index: int, resample: int = 0) -> int | None:
+        """The sampling seed of group ``index`` of step ``step``'s batch, resampled ``resample`` times."""
+        seed = self.config.seed
+        return None if seed is None else sampling_seed(seed, "train", step, index, resample)
 
     # -------------------------------------------------------------- where groups come from
 
@@ -336,7 +355,13 @@ class _Run:
             tasks = [
                 asyncio.ensure_future(
                     rollout_group(
-                        b, policy, config.rollout, limits=self.limits, executor=self.executor, index=p
+                        b,
+                        policy,
+                        config.rollout,
+                        limits=self.limits,
+                        executor=self.executor,
+                        index=p,
+                        seed=self.group_seed(step, p),
                     )
                 )
                 for p, b in enumerate(builders)
@@ -382,13 +407,14 @@ class _Run:
                 async with self.trained:  # nothing will arrive: let the producer start a batch
                     self.starved = True
                     self.trained.notify_all()
-            rollout = await self.queue.get()
+            rollout, batch, resample = await self.queue.get()
             if self.stale.accept(rollout, step):
                 yield rollout
             elif self.config.stale_policy == "resample" and rollout.builder is not None:
-                self._spawn(rollout.builder, rollout.index)
+                self._spawn(rollout.builder, batch, rollout.index, resample + 1)
 
-    def _spawn(self, builder: EnvGroupBuilder, index: int) -> None:
+    def _spawn(self, builder: EnvGroupBuilder, batch: int, index: int, resample: int = 0) -> None:
+        """Start group ``index`` of step ``batch``'s batch with the newest weights (async)."""
         self.in_flight += 1
         policy = self.policy
 
@@ -401,8 +427,9 @@ class _Run:
                     limits=self.limits,
                     executor=self.executor,
                     index=index,
+                    seed=self.group_seed(batch, index, resample),
                 )
-                await self.queue.put(r)
+                await self.queue.put((r, batch, resample))
             finally:
                 self.in_flight -= 1
 
@@ -420,7 +447,7 @@ class _Run:
                 )
                 self.starved = False
             for p, b in enumerate(self.batch(i)):
-                self._spawn(b, p)
+                self._spawn(b, i, p)
 
     # -------------------------------------------------------------- one step
 
@@ -507,7 +534,7 @@ class _Run:
         metrics["time/env"] = sum(r.env_s for r in used)
         eval_metrics: dict[str, float] = {}
         if self.test_ds is not None and self.loop.eval_due(step + 1):
-            eval_metrics = await self.evaluate()
+            eval_metrics = await self.evaluate(step + 1)
 
         async def finish() -> Mapping[str, float]:
             t0 = time.perf_counter()
@@ -536,11 +563,13 @@ class _Run:
 
         return finish
 
-    async def evaluate(self) -> dict[str, float]:
-        """Roll out every batch of the test dataset with the newest weights; ``test/…`` metrics."""
+    async def evaluate(self, after: int) -> dict[str, float]:
+        """Roll out every batch of the test dataset with the newest weights (those after ``after``
+        steps); ``test/…`` metrics."""
         assert self.test_ds is not None
         t0 = time.perf_counter()
         rollouts: list[GroupRollout] = []
+        seed = self.config.seed
         for i in range(len(self.test_ds)):
             rollouts += await rollout_batch(
                 self.test_ds.get_batch(i),
@@ -548,6 +577,7 @@ class _Run:
                 self.config.rollout,
                 limits=self.limits,
                 executor=self.executor,
+                seed=None if seed is None else sampling_seed(seed, "test", after, i),
             )
         out = rollout_metrics(rollouts, prefix="test")
         out["time/eval"] = time.perf_counter() - t0
