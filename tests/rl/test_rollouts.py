@@ -14,8 +14,15 @@ from tempering.envs import Problem, ProblemGroupBuilder, exact_match
 from tempering.local.tiny import build_tiny_tokenizer
 from tempering.renderers import get_renderer
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor
-from tempering.rl.policy import GroupTokenCompleter
-from tempering.rl.rollouts import MASK_TURN, RolloutConfig, RolloutLimits, rollout_batch, rollout_group
+from tempering.rl.policy import GroupTokenCompleter, SeedableTokenCompleter, sampling_seed
+from tempering.rl.rollouts import (
+    MASK_TURN,
+    GroupRollout,
+    RolloutConfig,
+    RolloutLimits,
+    rollout_batch,
+    rollout_group,
+)
 from tempering.rl.train import StaleGroupFilter, is_fresh, rollout_metrics
 from tempering_protocols import (
     Action,
@@ -228,6 +235,79 @@ def test_inline_executor_is_identity_and_limits_are_shared() -> None:
 
 def test_scripted_policy_is_a_group_completer() -> None:
     assert isinstance(ScriptedPolicy(), GroupTokenCompleter)
+
+
+@attrs.define
+class SeedLog:
+    """What a :class:`SeededPolicy` saw: (seed, num_samples) of every request."""
+
+    requests: list[tuple[int | None, int]] = attrs.field(factory=list[tuple[int | None, int]])
+
+
+@attrs.frozen
+class SeededPolicy:
+    """A seedable group completer: answers 7, records each request's seed; the delay of a
+    request depends on its seed, so requests finish in a seed-dependent, shuffled order."""
+
+    log: SeedLog
+    seed: int | None = None
+
+    def with_seed(self, seed: int | None, /) -> SeededPolicy:
+        return SeededPolicy(self.log, seed)
+
+    async def __call__(self, model_input: Observation, stop: StopCondition, /) -> TokensWithLogprobs:
+        (ac,) = await self.sample_group(model_input, stop, 1)
+        return ac
+
+    async def sample_group(
+        self, model_input: Observation, stop: StopCondition, n: int, /
+    ) -> Sequence[TokensWithLogprobs]:
+        self.log.requests.append((self.seed, n))
+        await asyncio.sleep(((self.seed or 0) % 7) / 1000)
+        return [TokensWithLogprobs(tokens=[7, STOP], maybe_logprobs=[-0.5, -0.5]) for _ in range(n)]
+
+
+def test_requests_are_seeded_by_their_place_in_the_group() -> None:
+    assert isinstance(SeededPolicy(SeedLog()), SeedableTokenCompleter)
+    assert sampling_seed(0, "train", 1) == sampling_seed(0, "train", 1)
+    assert (
+        len({sampling_seed(0, "train", 1), sampling_seed(0, "train", "1"), sampling_seed(1, "train", 1)}) == 3
+    )
+
+    def seeds(seed: int | None, share: bool = True) -> list[tuple[int | None, int]]:
+        log = SeedLog()
+        # Member 2 fails its first turn once and is retried on a fresh env (attempt 1).
+        group = Group([{"turns": 3}, {"turns": 3}, {"turns": 3, "fail_at": 1}])
+        config = RolloutConfig(max_retries=1, share_first_turn=share)
+        r = run(rollout_group(group, SeededPolicy(log), config, seed=seed))
+        assert isinstance(r, GroupRollout)
+        assert r.group is not None
+        assert r.seed == seed
+        return log.requests
+
+    def key(*parts: int | str) -> int:
+        return sampling_seed(5, *parts)
+
+    got = seeds(5)
+    # The shared first turn, then turns 1-2 of each member; member 2 fails at its turn 1 and its
+    # retry (a fresh, healthy one-turn env) samples turn 0 as attempt 1.
+    expected = [(key("first"), 3)] + [
+        (key("member", g, a, t), 1)
+        for g, a, turns in [(0, 0, (1, 2)), (1, 0, (1, 2)), (2, 0, (1,)), (2, 1, (0,))]
+        for t in turns
+    ]
+    assert sorted(got, key=str) == sorted(expected, key=str)
+    assert len({s for s, _ in got}) == len(got)  # every request its own seed
+    assert sorted(seeds(5), key=str) == sorted(got, key=str)  # whatever the completion order
+    unshared = seeds(5, share=False)
+    assert (key("member", 0, 0, 0), 1) in unshared
+    assert all(s is None for s, _ in seeds(None))
+    # A batch seeds its groups from its own seed.
+    log = SeedLog()
+    run(rollout_batch([Group([{}]), Group([{}])], SeededPolicy(log), RolloutConfig(), seed=9))
+    assert sorted(s for s, _ in log.requests) == sorted(
+        sampling_seed(sampling_seed(9, "group", p), "member", 0, 0, 0) for p in (0, 1)
+    )
 
 
 def test_process_pool_executor_runs_env_work_in_workers() -> None:
