@@ -71,10 +71,10 @@ class DemoConfig:
     """Held-out problems (never trained on)."""
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy."""
-    sft_steps: int = 800
+    sft_steps: int = 1200
     sft_batch_size: int = 32
     sft_learning_rate: float = 1e-3
-    sft_eval_every: int = 200
+    sft_eval_every: int = 300
     rl_steps: int = 40
     rl_batch_size: int = 16
     """Problems per RL step (``P``)."""
@@ -83,7 +83,8 @@ class DemoConfig:
     rl_learning_rate: float = 1e-4
     rl_eval_every: int = 10
     num_threads: int | None = None
-    """Torch threads (process-wide); default ``$TEMPERING_NUM_THREADS``, else 2."""
+    """Torch threads (process-wide); default ``$TEMPERING_NUM_THREADS``, else 1 (fastest for the
+    tiny model: two threads were slower on 2 cores, see docs/benchmarks.md)."""
     progress: bool = True
     """Show the progress bars."""
 
@@ -137,7 +138,7 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
     out.mkdir(parents=True)
     threads = config.num_threads
     if threads is None:
-        threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 2)
+        threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 1)
     service = ServiceClient(num_threads=threads, device="cpu")
 
     # 1. data
@@ -164,7 +165,7 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
     sft_adam = AdamConfig(
         learning_rate=config.sft_learning_rate,
         beta2=0.98,
-        schedule=LRSchedule("cosine", warmup_steps=min(50, config.sft_steps // 10), min_lr_ratio=0.1),
+        schedule=LRSchedule("constant", warmup_steps=min(50, config.sft_steps // 10)),
     )
     sft_config = SFTConfig(
         run=sft_run,
@@ -217,7 +218,7 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
             test_group_size=config.eval_samples,
         ),
         model=ModelConfig(base_model=_BASE_MODEL, init_state=sft.final.state_path),
-        adam=AdamConfig(learning_rate=config.rl_learning_rate, beta2=0.98),
+        adam=AdamConfig(learning_rate=config.rl_learning_rate, beta2=0.98, schedule=LRSchedule("constant")),
         num_steps=config.rl_steps,
         max_tokens=8,
         temperature=1.0,
