@@ -44,7 +44,7 @@ install: $(STAMP)
 
 # The extension, rebuilt (release mode) when any Rust source changes; installed editable.
 $(EXT): $(STAMP) $(RUST_SRC)
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH $(BIN)/maturin develop --release --quiet
+	PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH $(BIN)/maturin develop --release --quiet
 	touch $(EXT)
 
 build: $(EXT)
