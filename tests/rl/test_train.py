@@ -221,6 +221,7 @@ def test_sigkill_then_resume_is_exact(service: ServiceClient, local_root: Path, 
     assert [line["step"] for line in _lines(log_dir)] == [0, 1, 2]
     index = [json.loads(x) for x in (log_dir / "checkpoints.jsonl").read_text().splitlines() if x]
     assert [r["step"] for r in index] == [2]
+    assert index[0]["sampler_path"]  # the resume samples its first step from these weights
     done = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     lines = _lines(log_dir)

@@ -33,7 +33,10 @@ run) repeat their samples; ``async`` repeats each group's samples given the weig
 sampled with, but which weights those are depends on timing.
 
 Bookkeeping (run directory, ``metrics.jsonl``, checkpoints, exact resume, LR schedule, progress
-bar) is :mod:`tempering.training`'s: this module supplies what one step submits. Metrics
+bar) is :mod:`tempering.training`'s: this module supplies what one step submits. Periodic
+checkpoints save sampler weights too (their ``sampler_path`` is in ``checkpoints.jsonl``, so any
+checkpointed step can be sampled, and a resumed run samples its first step from it);
+``RunConfig(save_sampler_weights=False)`` turns that off. Metrics
 (one line per step) include ``env/reward/mean``, ``env/<tag>/reward/mean``, ``env/correct``,
 ``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``,
 ``rollout/failed/<Type>``, ``tokens/sampled``, ``tokens/trained``, ``kl/sample_train_v1`` and
@@ -309,6 +312,7 @@ class _Run:
         train_ds: RLDataset,
         test_ds: RLDataset | None,
         executor: RolloutExecutor,
+        sampler: SamplingClient,
     ) -> None:
         self.config = config
         self.loop = loop
@@ -316,7 +320,7 @@ class _Run:
         self.test_ds = test_ds
         self.executor = executor
         self.limits = RolloutLimits.from_config(config.rollout)
-        self.policy = self._policy(loop.sampling_client(), loop.start_step)
+        self.policy = self._policy(sampler, loop.start_step)
         self.reference: SamplingClient | None = None
         self.teacher: SamplingClient | None = None
         self.stale = StaleGroupFilter(config.max_steps_off_policy)
@@ -604,7 +608,14 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> RL
         batches_per_epoch=len(train_ds),
         service=service,
         progress_keys=("env/reward/mean", "optim/lr"),
+        sampler_weights_by_default=True,
     )
+    try:
+        # On resume, the checkpoint's sampler weights (no extra save); else the current weights.
+        sampler = await loop.initial_sampling_client()
+    except BaseException:
+        loop.close()
+        raise
     executor: RolloutExecutor
     pool: ProcessPoolExecutor | None = None
     if config.env_workers > 0:
@@ -612,7 +623,7 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> RL
         executor = pool
     else:
         executor = InlineExecutor()
-    run = _Run(config, loop, train_ds, test_ds, executor)
+    run = _Run(config, loop, train_ds, test_ds, executor, sampler)
     lines_before = len(loop.run_dir.read_metrics())
     try:
         if config.kl_penalty_coef > 0:

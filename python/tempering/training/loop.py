@@ -4,9 +4,12 @@ what one step submits; :func:`run_pipelined` does the rest.
 
 Exact resume, and how it is kept:
 
-1. A checkpoint is ``save_state`` (weights + optimizer, written atomically by the backend)
-   followed by a record in ``checkpoints.jsonl`` (rewritten atomically) holding the step and
-   the data position. A checkpoint without its record is ignored.
+1. A checkpoint is ``save_state`` (weights + optimizer, written atomically by the backend),
+   with ``save_weights_for_sampler`` too when sampler weights are on
+   (``RunConfig.save_sampler_weights``), followed by a record in ``checkpoints.jsonl``
+   (rewritten atomically) holding the step, the data position and the paths. The record is
+   written only after every save of the checkpoint completed; a checkpoint without its record
+   is ignored.
 2. The metrics line of a step is written after its ``optim_step`` completes, and a
    checkpoint's record only after the metrics lines of every step before it.
 3. On resume the client is restored from the last record with its optimizer state
@@ -134,7 +137,10 @@ class RunConfig:
     continue from its last checkpoint, only if its config equals this one), ``"refuse"``, or
     ``"overwrite"``. Never an interactive prompt. ``save_every``/``eval_every``: in optimizer
     steps (0: only at the end). ``wandb_project``/``tensorboard``: extra metric sinks, off unless
-    asked for.
+    asked for. ``save_sampler_weights``: whether a periodic checkpoint also saves sampler weights
+    (``save_weights_for_sampler``) and records their path (``sampler_path``) in its index entry;
+    ``None`` (the default) leaves it to the trainer: on for RL, off for SFT, DPO and reward
+    models. The final checkpoint always has sampler weights.
     """
 
     log_dir: str
@@ -144,6 +150,8 @@ class RunConfig:
     wandb_project: str | None = None
     tensorboard: bool = False
     progress: bool = True
+    save_sampler_weights: bool | None = None
+    """Periodic checkpoints also save sampler weights; ``None``: the trainer's default (RL on)."""
 
 
 def _kill_point(point: str, step: int) -> None:
@@ -156,6 +164,13 @@ def _kill_point(point: str, step: int) -> None:
 class _PendingCheckpoint:
     record: CheckpointRecord
     future: Future[ttypes.SaveWeightsResponse]
+    sampler: Future[ttypes.SaveWeightsForSamplerResponse] | None = None
+
+    async def completed(self) -> CheckpointRecord:
+        """The record with the saved paths, once every save of the checkpoint completed."""
+        state_path = (await self.future).path
+        sampler_path = None if self.sampler is None else (await self.sampler).path
+        return attrs.evolve(self.record, state_path=state_path, sampler_path=sampler_path)
 
 
 class TrainingLoop:
@@ -163,7 +178,9 @@ class TrainingLoop:
 
     Attributes: ``client`` (the training client, restored on resume), ``service``, ``run_dir``
     (:class:`RunDir`), ``start_step`` (the first step this process runs), ``total_steps``,
-    ``batches_per_epoch``, ``resumed``.
+    ``batches_per_epoch``, ``resumed``, ``resumed_from`` (the checkpoint record the run resumed
+    from, else ``None``), ``save_sampler_weights`` (whether periodic checkpoints save sampler
+    weights).
     """
 
     def __init__(
@@ -179,6 +196,8 @@ class TrainingLoop:
         resumed: bool,
         sinks: Sequence[MetricSink],
         progress_keys: Sequence[str],
+        save_sampler_weights: bool = False,
+        resumed_from: CheckpointRecord | None = None,
     ) -> None:
         self.client = client
         self.service = service
@@ -188,6 +207,8 @@ class TrainingLoop:
         self.total_steps = total_steps
         self.batches_per_epoch = batches_per_epoch
         self.resumed = resumed
+        self.save_sampler_weights = save_sampler_weights
+        self.resumed_from = resumed_from
         self._sinks = list(sinks)
         self._bar = ProgressBar(total_steps, start_step, keys=progress_keys, enabled=run.progress)
         self._t_start = time.monotonic()
@@ -204,11 +225,14 @@ class TrainingLoop:
         batches_per_epoch: int,
         service: ServiceClient | None = None,
         progress_keys: Sequence[str] = ("loss", "lr"),
+        sampler_weights_by_default: bool = False,
     ) -> TrainingLoop:
         """Open the run directory (resuming, refusing or overwriting as ``run.if_exists``
         says), and build the training client: restored with its optimizer from the last
         checkpoint, or fresh from ``model``. ``config`` (the whole attrs config) is what
-        ``config.json`` records; its ``run`` field may differ on resume."""
+        ``config.json`` records; its ``run`` field may differ on resume.
+        ``sampler_weights_by_default``: whether periodic checkpoints save sampler weights when
+        ``run.save_sampler_weights`` is ``None`` (the trainer's default)."""
         if total_steps < 1 or batches_per_epoch < 1:
             raise ValueError(f"nothing to train: {total_steps} steps, {batches_per_epoch} batches an epoch")
         run_dir, resumed = RunDir.open(
@@ -240,6 +264,10 @@ class TrainingLoop:
             resumed=resumed,
             sinks=sinks,
             progress_keys=progress_keys,
+            save_sampler_weights=(
+                sampler_weights_by_default if run.save_sampler_weights is None else run.save_sampler_weights
+            ),
+            resumed_from=last,
         )
 
     @property
@@ -257,20 +285,23 @@ class TrainingLoop:
         return steps_done == self.total_steps or (every > 0 and steps_done % every == 0)
 
     def save_if_due(self, steps_done: int) -> _PendingCheckpoint | None:
-        """Queue ``save_state`` when a checkpoint is due after ``steps_done`` steps (the final one
-        is :meth:`finish`'s). Submit it right after that step's ``optim_step``."""
+        """Queue ``save_state`` (and ``save_weights_for_sampler`` when
+        :attr:`save_sampler_weights`) when a checkpoint is due after ``steps_done`` steps (the
+        final one is :meth:`finish`'s). Submit it right after that step's ``optim_step``."""
         every = self.run.save_every
         if every <= 0 or steps_done % every != 0 or steps_done >= self.total_steps:
             return None
-        return self._save(steps_done, final=False)
+        return self._save(steps_done, final=False, sampler=self.save_sampler_weights)
 
-    def _save(self, steps_done: int, *, final: bool) -> _PendingCheckpoint:
+    def _save(self, steps_done: int, *, final: bool, sampler: bool) -> _PendingCheckpoint:
         name = "final" if final else f"step-{steps_done:06d}"
         epoch, batch = self.position(steps_done)
         record = CheckpointRecord(
             name=name, step=steps_done, epoch=epoch, batch=batch, state_path="", final=final
         )
-        return _PendingCheckpoint(record, self.client.save_state(name))
+        state = self.client.save_state(name)
+        weights = self.client.save_weights_for_sampler(name) if sampler else None
+        return _PendingCheckpoint(record, state, weights)
 
     async def complete_step(
         self, step: int, metrics: Mapping[str, float], checkpoint: _PendingCheckpoint | None = None
@@ -296,9 +327,9 @@ class TrainingLoop:
             sink.log(numeric, step)
         self._bar.update(1, line)
         if checkpoint is not None:
-            saved = await checkpoint.future
+            record = await checkpoint.completed()
             _kill_point("before_index", step)
-            self.run_dir.add_checkpoint(attrs.evolve(checkpoint.record, state_path=saved.path))
+            self.run_dir.add_checkpoint(record)
             _kill_point("after_index", step)
         return line
 
@@ -309,10 +340,7 @@ class TrainingLoop:
         if last is not None and last.final and last.step == self.total_steps:
             self.close()
             return last
-        pending = self._save(self.total_steps, final=True)
-        sampler = self.client.save_weights_for_sampler("final")
-        saved = await pending.future
-        record = attrs.evolve(pending.record, state_path=saved.path, sampler_path=(await sampler).path)
+        record = await self._save(self.total_steps, final=True, sampler=True).completed()
         self.run_dir.add_checkpoint(record)
         self.close()
         return record
@@ -326,6 +354,15 @@ class TrainingLoop:
     def sampling_client(self) -> SamplingClient:
         """A sampling client for the weights once the requests queued so far have run."""
         return self.client.save_weights_and_get_sampling_client()
+
+    async def initial_sampling_client(self) -> SamplingClient:
+        """A sampling client for the weights the run starts from: on a resume from a checkpoint
+        with sampler weights, created from its ``sampler_path`` (no extra save); otherwise
+        :meth:`sampling_client`."""
+        last = self.resumed_from
+        if last is not None and last.sampler_path is not None and last.step == self.start_step:
+            return await self.service.create_sampling_client(model_path=last.sampler_path)
+        return self.sampling_client()
 
     def adam_step(self, params: tinker.AdamParams) -> Future[ttypes.OptimStepResponse]:
         return self.client.optim_step(params)
