@@ -12,6 +12,7 @@ position, the component and the index of the item within it.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, Literal, TypeVar
@@ -28,7 +29,7 @@ def _rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, *stream])
 
 
-class _Batches(Generic[_T]):
+class _Batches(abc.ABC, Generic[_T]):
     """Fixed-size batches over ``keys_N_2`` = (component, index) pairs; subclasses set the keys."""
 
     _components: Sequence[Sequence[_T]]
@@ -41,8 +42,9 @@ class _Batches(Generic[_T]):
         self.drop_last = drop_last
         self.epoch = 0
 
+    @abc.abstractmethod
     def _make_keys(self, epoch: int) -> npt.NDArray[np.int64]:
-        raise NotImplementedError
+        """The (component, index) pairs of ``epoch``, in batch order."""
 
     def set_epoch(self, epoch: int, /) -> None:
         """Reorder for ``epoch``; the same (seed, epoch) gives the same batches."""
