@@ -58,7 +58,7 @@ from tinker.types import LossFnType, ModelInputChunk, TensorData
 from typing_extensions import TypedDict
 
 from tempering import _core
-from tempering.supervised.data import build_datums, model_input_from_columns
+from tempering.supervised.data import _datum_model_input, build_datums
 from tempering_protocols import FloatArray, SamplingClient, TrajectoryGroup
 
 __all__ = [
@@ -253,13 +253,14 @@ class RaggedBatch:
 
     def model_input(self, d: int, /) -> tinker.ModelInput:
         """The model input of datum ``d`` (token chunks and the opaque chunks, in place)."""
-        a, b = int(self.offsets_D1[d]), int(self.offsets_D1[d + 1])
-        ka, kb = int(self.opaque_offsets_D1[d]), int(self.opaque_offsets_D1[d + 1])
-        return model_input_from_columns(
-            self.tokens_N[a:b],
-            self.opaque_pos_C[ka:kb].tolist(),
-            self.opaque_len_C[ka:kb].tolist(),
-            self.opaque_chunks_C[ka:kb],
+        return _datum_model_input(
+            self.tokens_N,
+            self.offsets_D1,
+            self.opaque_offsets_D1,
+            self.opaque_pos_C,
+            self.opaque_len_C,
+            self.opaque_chunks_C,
+            d,
         )
 
     def to_datums(self) -> list[tinker.Datum]:

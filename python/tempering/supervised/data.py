@@ -153,6 +153,24 @@ def build_datums(
     return data_D
 
 
+def _datum_model_input(
+    tokens_N: Int64Array,
+    offsets_D1: Int64Array,
+    opaque_offsets_D1: Int64Array,
+    opaque_pos_C: Int64Array,
+    opaque_len_C: Int64Array,
+    opaque_chunks_C: Sequence[ModelInputChunk],
+    d: int,
+) -> tinker.ModelInput:
+    """The model input of datum ``d`` of a columnar batch (shared by the supervised and RL
+    batches): its token slice with its opaque chunks put back in place."""
+    a, b = int(offsets_D1[d]), int(offsets_D1[d + 1])
+    ka, kb = int(opaque_offsets_D1[d]), int(opaque_offsets_D1[d + 1])
+    return model_input_from_columns(
+        tokens_N[a:b], opaque_pos_C[ka:kb].tolist(), opaque_len_C[ka:kb].tolist(), opaque_chunks_C[ka:kb]
+    )
+
+
 @attrs.frozen(eq=False)
 class SupervisedBatch:
     """Supervised datums, columnar: ``D`` datums, ``N`` positions, ``C`` opaque chunks.
@@ -191,13 +209,14 @@ class SupervisedBatch:
 
     def model_input(self, d: int, /) -> tinker.ModelInput:
         """The model input of datum ``d``."""
-        a, b = int(self.offsets_D1[d]), int(self.offsets_D1[d + 1])
-        ka, kb = int(self.opaque_offsets_D1[d]), int(self.opaque_offsets_D1[d + 1])
-        return model_input_from_columns(
-            self.tokens_N[a:b],
-            self.opaque_pos_C[ka:kb].tolist(),
-            self.opaque_len_C[ka:kb].tolist(),
-            self.opaque_chunks_C[ka:kb],
+        return _datum_model_input(
+            self.tokens_N,
+            self.offsets_D1,
+            self.opaque_offsets_D1,
+            self.opaque_pos_C,
+            self.opaque_len_C,
+            self.opaque_chunks_C,
+            d,
         )
 
     def to_datums(self) -> list[tinker.Datum]:
