@@ -2,7 +2,8 @@
 
 ``tempering sft|dpo|rm|rl [flags]`` builds the trainer's attrs config from flags with ``tyro``
 (``--help`` lists every field, nested ones as ``--run.log-dir``, ``--adam.learning-rate``) and
-runs it; ``tempering demo`` takes its flags from ``DemoConfig`` the same way;
+runs it; ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
+``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
 ``tempering tiny-model`` and ``tempering serve`` are plain ``argparse`` commands.
 """
 
@@ -37,6 +38,31 @@ def _demo(argv: Sequence[str]) -> int:
 
     config = tyro.cli(DemoConfig, args=list(argv), prog="tempering demo", description=_DEMO_HELP)
     return main(config)
+
+
+def _recipe(argv: Sequence[str]) -> int:
+    """``tempering recipe NAME [flags]``: the flags are the recipe config's (``--help`` lists them)."""
+    import tyro
+
+    from tempering.recipes import RECIPES, load_recipe
+
+    if not argv or argv[0] in ("-h", "--help", "--list"):
+        print("usage: tempering recipe NAME [flags]   (tempering recipe NAME --help for its flags)\n")
+        width = max(len(n) for n in RECIPES)
+        for name, (_, help_text) in RECIPES.items():
+            print(f"  {name:<{width}}  {help_text}")
+        return 0 if argv else 2
+    name = argv[0]
+    if name not in RECIPES:
+        print(f"tempering recipe: no recipe named {name!r}; recipes: {', '.join(RECIPES)}", file=sys.stderr)
+        return 2
+    cls = load_recipe(name)
+    config = tyro.cli(cls, args=list(argv[1:]), prog=f"tempering recipe {name}", description=RECIPES[name][1])
+    run: Callable[[], Any] = config
+    result = asyncio.run(run())
+    print(result.line())
+    print(f"run directory: {result.run_dir}")
+    return 0
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
@@ -106,11 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _train(args_list[0], args_list[1:])
     if args_list and args_list[0] == "demo":
         return _demo(args_list[1:])
+    if args_list and args_list[0] == "recipe":
+        return _recipe(args_list[1:])
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in _TRAINERS.items():
         sub.add_parser(name, help=f"{help_text}; see `tempering {name} --help`", add_help=False)
     sub.add_parser("demo", help=f"{_DEMO_HELP}; see `tempering demo --help`", add_help=False)
+    sub.add_parser("recipe", help="run a named recipe; `tempering recipe --list` lists them", add_help=False)
     tiny = sub.add_parser("tiny-model", help="write the built-in tiny model to a directory")
     tiny.add_argument("directory", help="where to write it (created if needed)")
     tiny.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")

@@ -1,12 +1,57 @@
-"""Ready-made pipelines built from the library's pieces.
+"""Ready-made pipelines built from the library's pieces, each runnable as
+``tempering recipe NAME [flags]`` (``tempering recipe --list``; docs/recipes/).
 
 - :mod:`tempering.recipes.demo`: ``tempering demo`` (``make demo``): SFT on arithmetic, then RL
   with verifiable rewards from that checkpoint, on the local engine with the tiny model.
 - :mod:`tempering.recipes.arithmetic`: the demo's data, RL task and accuracy evaluator.
 - :mod:`tempering.recipes.report`: its plot (matplotlib: the ``recipes`` extra) and HTML report.
+- :data:`RECIPES`: the named recipes; each is an attrs config whose ``await config()`` runs it
+  and returns a :class:`~tempering.recipes._common.RecipeResult`.
 
 Example::
 
     from tempering.recipes.demo import DemoConfig
     summary = asyncio.run(DemoConfig(out="/tmp/demo", sft_steps=40, rl_steps=4)())
+    config = load_recipe("chat-sft")(out="/tmp/chat")      # same as `tempering recipe chat-sft`
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["RECIPES", "load_recipe"]
+
+RECIPES: dict[str, tuple[str, str]] = {
+    "chat-sft": ("tempering.recipes.chat_sft:ChatSFTRecipe", "supervised fine-tuning on the shipped chats"),
+    "dpo": ("tempering.recipes.dpo:DPORecipe", "DPO on the shipped preference pairs, from an SFT start"),
+    "rlhf": ("tempering.recipes.rlhf:RLHFRecipe", "SFT, then a pairwise reward model, then RL against it"),
+    "guess-number": (
+        "tempering.recipes.guess_number:GuessNumberRecipe",
+        "multi-turn RL: guess a number, the env answers higher/lower",
+    ),
+    "tic-tac-toe": (
+        "tempering.recipes.tic_tac_toe:TicTacToeRecipe",
+        "multi-agent RL: tic-tac-toe self-play, evaluated against a random player",
+    ),
+    "distill": (
+        "tempering.recipes.distill:OnPolicyDistillRecipe",
+        "on-policy distillation from a teacher checkpoint into a student",
+    ),
+    "trajectory-sft": (
+        "tempering.recipes.trajectory_sft:TrajectorySFTRecipe",
+        "logged RL trajectories back into SFT data (rejection sampling / learning histories)",
+    ),
+}
+"""Recipe name → (``module:Class`` of its config, one-line description)."""
+
+
+def load_recipe(name: str) -> type[Any]:
+    """The config class of recipe ``name`` (imported on demand)."""
+    try:
+        target, _ = RECIPES[name]
+    except KeyError:
+        raise KeyError(f"no recipe named {name!r}; recipes: {', '.join(sorted(RECIPES))}") from None
+    module, _, cls = target.partition(":")
+    loaded: type[Any] = getattr(importlib.import_module(module), cls)
+    return loaded

@@ -1,0 +1,115 @@
+"""What every recipe shares: its result, its run directory, its service client, its summary.
+
+A recipe is an attrs config (frozen, keyword-only) whose ``async __call__`` runs the pipeline and
+returns a :class:`RecipeResult`; ``tempering recipe NAME [flags]`` builds it with tyro from the
+flags, runs it, prints :meth:`RecipeResult.line` and the run directory, and exits 0. Recipes run
+on the local engine by default with the built-in tiny model; with ``TINKER_API_KEY`` set,
+:func:`recipe_service` returns the hosted service, and ``--base-model`` must then name a model
+the service serves (see docs/recipes/hosted.md).
+
+Example::
+
+    @attrs.frozen(kw_only=True)
+    class MyRecipe:
+        out: str | None = None
+        base_model: str = TINY_MODEL
+
+        async def __call__(self) -> RecipeResult:
+            run_dir = prepare_run_dir("my-recipe", self.out)
+            service = recipe_service(self.base_model)
+            ...
+            return finish(RecipeResult("my-recipe", run_dir, {"accuracy": 0.9}), config=self)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from tempering._service import ServiceClient, service_client, uses_hosted_service
+
+__all__ = [
+    "TINY_MODEL",
+    "RecipeResult",
+    "default_lora_rank",
+    "finish",
+    "prepare_run_dir",
+    "recipe_service",
+]
+
+TINY_MODEL = "tempering/tiny"
+"""The local engine's built-in model (the recipes' default ``base_model``)."""
+
+
+@attrs.frozen
+class RecipeResult:
+    """What a recipe reports: its name, its run directory and its headline figures.
+
+    ``figures`` are plain numbers (accuracies as fractions, rewards, seconds) and go into
+    ``<run_dir>/summary.json`` with the recipe's config (:func:`finish`).
+    """
+
+    name: str
+    run_dir: Path
+    figures: Mapping[str, float]
+    extra: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
+    """Further JSON-able facts (checkpoint paths, counts) written to ``summary.json``."""
+
+    def line(self) -> str:
+        """The final summary line: the recipe's name and its figures."""
+        parts = ", ".join(f"{k} {_fmt(v)}" for k, v in self.figures.items())
+        return f"tempering recipe {self.name}: {parts}"
+
+
+def _fmt(value: float) -> str:
+    if math.isfinite(value) and value == int(value) and abs(value) >= 1:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def prepare_run_dir(name: str, out: str | None) -> Path:
+    """``out`` (replaced if it exists), else ``runs/<name>-<timestamp>``; created, returned."""
+    path = Path(out) if out is not None else Path("runs") / f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def recipe_service(base_model: str) -> ServiceClient:
+    """:func:`tempering.service_client` (hosted when ``TINKER_API_KEY`` is set, else the local
+    engine), refusing the built-in tiny model on the hosted service with a message that says what
+    to pass instead."""
+    if uses_hosted_service() and base_model == TINY_MODEL:
+        raise ValueError(
+            f"TINKER_API_KEY is set (hosted service) but base_model is {TINY_MODEL!r}, which only the "
+            "local engine has: pass --base-model with a model the service serves, e.g. "
+            "--base-model Qwen/Qwen3-4B-Instruct-2507 --renderer-name qwen3_disable_thinking "
+            "(docs/recipes/hosted.md), or unset TINKER_API_KEY to run locally"
+        )
+    return service_client()
+
+
+def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
+    """``lora_rank`` if given; else 0 (full fine-tuning) for the tiny model on the local engine,
+    which starts from random weights, and 32 (LoRA) for any other model."""
+    if lora_rank is not None:
+        return lora_rank
+    return 0 if base_model == TINY_MODEL and not uses_hosted_service() else 32
+
+
+def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:
+    """Write ``<run_dir>/summary.json`` (figures, extra, and ``config`` if it is an attrs
+    instance) and return ``result``."""
+    payload: dict[str, Any] = {**result.figures, **result.extra, "recipe": result.name}
+    if config is not None and attrs.has(type(config)):
+        payload["config"] = attrs.asdict(config)
+    (result.run_dir / "summary.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    return result
