@@ -41,7 +41,8 @@ checkpointed step can be sampled, and a resumed run samples its first step from 
 ``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``,
 ``rollout/failed/<Type>``, ``tokens/sampled``, ``tokens/trained``, ``kl/sample_train_v1`` and
 ``_v2`` (sampler vs. trainer logprobs), ``entropy/sampled``, ``optim/lr``, ``optim/grad_norm``,
-``time/{rollout,sampling,env,data,train,wait}`` and, every ``eval_every`` steps, ``test/…``.
+``time/{rollout,sampling,env,data,train,wait}`` (and ``time/log_trajectories`` with
+``log_trajectories``) and, every ``eval_every`` steps, ``test/…``.
 
 Example::
 
@@ -76,6 +77,7 @@ from tempering.rl.data import (
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
 from tempering.rl.rollouts import GroupRollout, RolloutConfig, RolloutLimits, rollout_batch, rollout_group
+from tempering.rl.trajectories import StepLog, TrajectoryLog
 from tempering.training.loop import ModelConfig, PendingStep, RunConfig, TrainingLoop, run_pipelined
 from tempering.training.rundir import CheckpointRecord
 from tempering.training.schedule import AdamConfig
@@ -148,6 +150,11 @@ class RLConfig:
     """The run's sampling seed: every request's ``SamplingParams.seed`` derives from it and the
     request's place in the run (step, group, member, turn, retry, resample), so a run, and a
     resumed run, repeats its samples; ``None``: unseeded."""
+    log_trajectories: bool = False
+    """Write every step's rollouts (every group, member and turn) under
+    ``<log_dir>/trajectories/``: Parquet (``rl/step-NNNNNN.parquet``, one row per transition)
+    and decoded text (``text/step-NNNNNN.jsonl``, one line per episode); see
+    :mod:`tempering.rl.trajectories`."""
 
     def __attrs_post_init__(self) -> None:
         if self.num_substeps < 1:
@@ -332,6 +339,8 @@ class _Run:
         self.steps_submitted = loop.start_step
         self.starved = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self.trajectory_log: TrajectoryLog | None = None
+        """The trajectory log's writer (``RLConfig.log_trajectories``)."""
 
     def _policy(self, client: SamplingClient, version: int) -> TinkerTokenCompleter:
         return TinkerTokenCompleter(client, self.config.max_tokens, self.config.temperature, version)
@@ -536,6 +545,11 @@ class _Run:
             metrics["async/max_staleness"] = float(max(versions)) if versions else 0.0
         metrics["time/sampling"] = sum(r.sampling_s for r in used)
         metrics["time/env"] = sum(r.env_s for r in used)
+        # The step's trajectories are written in a thread while training runs; the metrics line
+        # (written after ``finish``) comes after the step's complete part files.
+        log_write: asyncio.Future[StepLog] | None = None
+        if self.trajectory_log is not None:
+            log_write = asyncio.ensure_future(asyncio.to_thread(self.trajectory_log.write_step, step, used))
         eval_metrics: dict[str, float] = {}
         if self.test_ds is not None and self.loop.eval_due(step + 1):
             eval_metrics = await self.evaluate(step + 1)
@@ -555,6 +569,8 @@ class _Run:
                 trained += float(sub.batch.mask_N.sum())
                 for k, v in {**_mismatch_metrics(sub.batch, fb), **sub.extra}.items():
                     out[k] = out.get(k, 0.0) + v / len(substeps)
+            if log_write is not None:
+                out["time/log_trajectories"] = (await log_write).seconds
             timers.add("wait", time.perf_counter() - t0)
             out["tokens/trained"] = trained
             if losses:
@@ -626,6 +642,14 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> RL
     run = _Run(config, loop, train_ds, test_ds, executor, sampler)
     lines_before = len(loop.run_dir.read_metrics())
     try:
+        if config.log_trajectories:
+            run.trajectory_log = TrajectoryLog(
+                loop.path / "trajectories",
+                tokenizer=config.model.tokenizer(),
+                baseline=config.baseline,
+                normalize_std=config.normalize_advantages,
+            )
+            run.trajectory_log.start(loop.start_step)  # the parts of the steps this process runs go
         if config.kl_penalty_coef > 0:
             run.reference = await loop.service.create_sampling_client(
                 model_path=config.kl_reference,
