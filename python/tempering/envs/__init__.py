@@ -6,7 +6,11 @@ what                                     where
 single-turn question → graded answer     :class:`ProblemEnv`, :class:`ProblemGroupBuilder`,
                                          :class:`ProblemDataset`
 chat-message envs through a renderer     :class:`MessageEnv`, :class:`MessageEnvAdapter`
-two-player games (self-play in a group)  :class:`NimGroupBuilder`
+two-player games (self-play in a group)  :class:`NimGroupBuilder`, :class:`TicTacToeGroupBuilder`
+tic-tac-toe against a random player      :class:`TicTacToeVsRandomGroupBuilder`,
+                                         :func:`evaluate_against_random`
+multi-turn: guess a number (higher/      :class:`GuessNumberGroupBuilder`, :class:`GuessNumberTask`
+lower feedback)
 pairwise-preference tournaments (RLHF)   :class:`PairwisePreferenceGroupBuilder`,
                                          :class:`PreferenceModel`
 =======================================  ====================================================
@@ -18,6 +22,15 @@ Example::
 """
 
 from tempering.envs.games import NimGame, NimGroupBuilder, NimPlayer
+from tempering.envs.guess_number import (
+    GuessNumberDataset,
+    GuessNumberEnv,
+    GuessNumberGame,
+    GuessNumberGroupBuilder,
+    GuessNumberStats,
+    GuessNumberTask,
+    guess_number_stats,
+)
 from tempering.envs.message import MessageEnv, MessageEnvAdapter, MessageStepResult, OnFailure
 from tempering.envs.preference import (
     CompletionEnv,
@@ -35,10 +48,26 @@ from tempering.envs.problem import (
     first_number_match,
     lowercase_fraction,
 )
+from tempering.envs.tic_tac_toe import (
+    TicTacToeGame,
+    TicTacToeGroupBuilder,
+    TicTacToePlayer,
+    TicTacToeStats,
+    TicTacToeVsRandom,
+    TicTacToeVsRandomGroupBuilder,
+    evaluate_against_random,
+    tic_tac_toe_stats,
+)
 
 __all__ = [
     "CompletionEnv",
     "Grader",
+    "GuessNumberDataset",
+    "GuessNumberEnv",
+    "GuessNumberGame",
+    "GuessNumberGroupBuilder",
+    "GuessNumberStats",
+    "GuessNumberTask",
     "MessageEnv",
     "MessageEnvAdapter",
     "MessageStepResult",
@@ -52,8 +81,17 @@ __all__ = [
     "ProblemDataset",
     "ProblemEnv",
     "ProblemGroupBuilder",
+    "TicTacToeGame",
+    "TicTacToeGroupBuilder",
+    "TicTacToePlayer",
+    "TicTacToeStats",
+    "TicTacToeVsRandom",
+    "TicTacToeVsRandomGroupBuilder",
+    "evaluate_against_random",
     "exact_match",
     "first_number_match",
+    "guess_number_stats",
     "lowercase_fraction",
+    "tic_tac_toe_stats",
     "tournament_scores",
 ]

@@ -1,0 +1,513 @@
+"""Guess the number: a multi-turn chat environment with higher/lower feedback.
+
+The env picks a secret in ``low..high``; each turn the policy replies with a number and the env
+answers ``"higher"`` (the secret is higher), ``"lower"`` or, on a hit, ends the episode. The
+episode also ends after ``max_turns`` guesses or on an invalid reply. The conversation grows
+turn by turn, so with a prefix-extending renderer (ChatML) an episode packs into one datum::
+
+    user: Guess a number from 0 to 15.   assistant: 9   user: lower   assistant: 4   user: higher ...
+
+==================================  =========================================================
+outcome                             reward (one, at the episode's last step)
+==================================  =========================================================
+found at turn ``t`` (1-based)       ``1 - turn_cost * (t - 1)``
+``max_turns`` guesses, none right   0
+invalid reply                       ``invalid_reward`` (default -1): not a plain integer in
+                                    ``low..high``, or a reply that does not parse (no stop
+                                    token within the turn's token budget)
+==================================  =========================================================
+
+Metrics of the last step: ``correct`` (1 when found, so the RL loop's ``env/correct`` is the
+success rate), ``guess/found``, ``guess/turns``, ``guess/invalid``; of every step:
+``guess/inconsistent`` (1 when the guess was already ruled out by earlier feedback, a legal but
+wasted turn).
+
+Groups (:class:`GuessNumberGroupBuilder`): ``G`` envs sharing one secret, so the first turn is
+one request with ``num_samples = G`` and the group-relative advantage compares ``G`` attempts at
+the same secret. :class:`GuessNumberTask` is the RL dataset builder: secrets split (seeded) into
+training and held-out ones. :func:`guess_number_stats` summarises finished episodes;
+:func:`bisect_guess` and :func:`random_consistent_guess` are scripted players (the recipe's SFT
+teacher and the baselines).
+
+Shapes: ``P`` secrets per batch, ``G`` envs per secret.
+
+Example::
+
+    builder = GuessNumberGroupBuilder(renderer, secret=11, low=0, high=15, max_turns=5, group_size=8)
+    check_env_group_builder(builder)
+    train, test = await GuessNumberTask(low=0, high=15, n_test_secrets=4)()
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+
+from tempering.envs.message import MessageEnvAdapter, MessageStepResult
+from tempering.renderers import get_renderer
+from tempering.training.loop import load_tokenizer
+from tempering_protocols import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Message,
+    Metrics,
+    Renderer,
+    RLDataset,
+    StepResult,
+    Trajectory,
+)
+
+__all__ = [
+    "GuessNumberDataset",
+    "GuessNumberEnv",
+    "GuessNumberGame",
+    "GuessNumberGroupBuilder",
+    "GuessNumberStats",
+    "GuessNumberTask",
+    "GuessPolicy",
+    "bisect_guess",
+    "feasible_range",
+    "guess_feedback",
+    "guess_number_prompt",
+    "guess_number_stats",
+    "play_scripted",
+    "random_consistent_guess",
+    "split_secrets",
+]
+
+_INTEGER = re.compile(r"\d+")
+
+
+def guess_number_prompt(low: int, high: int) -> str:
+    """The first user message of a game."""
+    return f"Guess a number from {low} to {high}."
+
+
+def guess_feedback(secret: int, guess: int) -> str:
+    """``"higher"`` when the secret is higher than ``guess``, ``"lower"`` when lower, else
+    ``"correct"``."""
+    return "higher" if secret > guess else "lower" if secret < guess else "correct"
+
+
+def _check_range(low: int, high: int, max_turns: int, where: str) -> None:
+    if low < 0 or high < low:
+        raise ValueError(f"{where}: need 0 <= low <= high, got low={low}, high={high}")
+    if max_turns < 1:
+        raise ValueError(f"{where}: max_turns must be >= 1, got {max_turns}")
+
+
+def feasible_range(messages: Sequence[Message], low: int, high: int) -> tuple[int, int]:
+    """The secrets still possible after the feedback in ``messages`` (``(lo, hi)``, inclusive;
+    ``lo > hi`` when the feedback contradicts itself). Reads each assistant guess and the
+    user's answer after it."""
+    lo, hi = low, high
+    for reply, answer in itertools.pairwise(messages):
+        if reply["role"] != "assistant" or answer["role"] != "user":
+            continue
+        text = reply["content"].strip()
+        if _INTEGER.fullmatch(text) is None:
+            continue
+        guess = int(text)
+        if answer["content"] == "higher":
+            lo = max(lo, guess + 1)
+        elif answer["content"] == "lower":
+            hi = min(hi, guess - 1)
+    return lo, hi
+
+
+GuessPolicy = Callable[[Sequence[Message], int, int, random.Random], int]
+"""A scripted player: ``(conversation so far, low, high, rng) -> guess``."""
+
+
+def bisect_guess(messages: Sequence[Message], low: int, high: int, rng: random.Random) -> int:
+    """The midpoint ``(lo + hi) // 2`` of the feasible range: finds any secret of ``n``
+    numbers in at most ``ceil(log2(n + 1))`` guesses. ``rng`` is unused (same signature as
+    :func:`random_consistent_guess`)."""
+    del rng
+    lo, hi = feasible_range(messages, low, high)
+    return (lo + hi) // 2 if lo <= hi else low
+
+
+def random_consistent_guess(messages: Sequence[Message], low: int, high: int, rng: random.Random) -> int:
+    """A uniformly random number of the feasible range: legal, never wasted, but slower than
+    bisection (about ``2 ln n`` guesses for ``n`` numbers)."""
+    lo, hi = feasible_range(messages, low, high)
+    return rng.randint(lo, hi) if lo <= hi else low
+
+
+class GuessNumberGame:
+    """One game as a message-level env (:class:`~tempering.envs.MessageEnv`). Single-use.
+
+    Example::
+
+        game = GuessNumberGame(secret=5, low=0, high=15, max_turns=4)
+        await game.initial_messages()                       # [user: Guess a number from 0 to 15.]
+        (await game.step({"role": "assistant", "content": "8"})).next_messages[-1]   # user: lower
+    """
+
+    def __init__(
+        self,
+        secret: int,
+        *,
+        low: int = 0,
+        high: int = 15,
+        max_turns: int = 5,
+        turn_cost: float = 0.1,
+        invalid_reward: float = -1.0,
+    ) -> None:
+        _check_range(low, high, max_turns, "GuessNumberGame")
+        if not low <= secret <= high:
+            raise ValueError(f"GuessNumberGame: secret {secret} is outside {low}..{high}")
+        self.secret = secret
+        self.low = low
+        self.high = high
+        self.max_turns = max_turns
+        self.turn_cost = turn_cost
+        self.invalid_reward = invalid_reward
+        self.history: list[Message] = [{"role": "user", "content": guess_number_prompt(low, high)}]
+        self.turns = 0
+        self.found = False
+        self.invalid = False
+        self.done = False
+
+    def _end(self, reward: float, metrics: Metrics) -> MessageStepResult:
+        self.done = True
+        final: Metrics = {
+            "correct": int(self.found),
+            "guess/found": int(self.found),
+            "guess/turns": self.turns,
+            "guess/invalid": int(self.invalid),
+        }
+        return MessageStepResult(reward=reward, episode_done=True, metrics={**metrics, **final})
+
+    async def initial_messages(self) -> Sequence[Message]:
+        return list(self.history)
+
+    async def step(self, message: Message, /) -> MessageStepResult:
+        return self.reply(message["content"])
+
+    def unparsed_reply(self, reward: float) -> MessageStepResult:
+        """Record a reply that did not parse (counted as an invalid guess) and end the game."""
+        if self.done:
+            raise RuntimeError("GuessNumberGame is single-use and this episode is over")
+        self.turns += 1
+        self.invalid = True
+        return self._end(reward, {"guess/inconsistent": 0})
+
+    def reply(self, content: str) -> MessageStepResult:
+        """:meth:`step` without the wait: answer the assistant's reply ``content``."""
+        if self.done:
+            raise RuntimeError("GuessNumberGame is single-use and this episode is over")
+        self.turns += 1
+        text = content.strip()
+        guess = int(text) if _INTEGER.fullmatch(text) is not None else None
+        if guess is None or not self.low <= guess <= self.high:
+            self.invalid = True
+            return self._end(self.invalid_reward, {"guess/inconsistent": 0})
+        lo, hi = feasible_range(self.history, self.low, self.high)
+        metrics: Metrics = {"guess/inconsistent": int(not lo <= guess <= hi)}
+        answer = guess_feedback(self.secret, guess)
+        if answer == "correct":
+            self.found = True
+            return self._end(1.0 - self.turn_cost * (self.turns - 1), metrics)
+        if self.turns >= self.max_turns:
+            return self._end(0.0, metrics)
+        guessed: Message = {"role": "assistant", "content": text}
+        feedback: Message = {"role": "user", "content": answer}
+        self.history += [guessed, feedback]
+        return MessageStepResult(
+            reward=0.0, episode_done=False, next_messages=list(self.history), metrics=metrics
+        )
+
+
+def play_scripted(game: GuessNumberGame, policy: GuessPolicy, rng: random.Random) -> list[Message]:
+    """Play ``game`` to its end with a scripted ``policy``; the whole conversation, ending with
+    the last guess (the recipe's SFT transcripts).
+
+    Example::
+
+        play_scripted(GuessNumberGame(5), bisect_guess, random.Random(0))
+        # [user: Guess a number from 0 to 15., assistant: 7, user: lower, assistant: 3, ...]
+    """
+    messages = list(game.history)
+    while True:
+        guess = str(policy(messages, game.low, game.high, rng))
+        messages.append({"role": "assistant", "content": guess})
+        result = game.reply(guess)
+        if result.episode_done:
+            return messages
+        messages = list(result.next_messages)
+
+
+class GuessNumberEnv(MessageEnvAdapter):
+    """A :class:`GuessNumberGame` through a renderer (token level). A reply that does not parse
+    ends the episode with ``invalid_reward`` and the same final metrics as an invalid guess.
+
+    Example::
+
+        env = GuessNumberEnv(GuessNumberGame(secret=5), renderer)
+        ob, stop = await env.initial_observation()
+    """
+
+    def __init__(self, game: GuessNumberGame, renderer: Renderer) -> None:
+        super().__init__(game, renderer, on_parse_error="penalty", penalty=game.invalid_reward)
+        self.game = game
+
+    async def step(self, action: Action, /) -> StepResult:
+        result = await super().step(action)
+        if result.metrics.get("message/parse_error", 0) and not self.game.done:
+            ended = self.game.unparsed_reply(result.reward)
+            return attrs.evolve(result, metrics={**result.metrics, **ended.metrics})
+        return result
+
+
+@attrs.frozen
+class GuessNumberGroupBuilder(EnvGroupBuilder):
+    """``group_size`` games with one secret. Frozen and small: it pickles (the renderer must).
+
+    Example::
+
+        check_env_group_builder(GuessNumberGroupBuilder(renderer, secret=3, group_size=4))
+    """
+
+    renderer: Renderer = attrs.field(eq=False)
+    secret: int
+    low: int = 0
+    high: int = 15
+    max_turns: int = 5
+    group_size: int = 8
+    turn_cost: float = 0.1
+    invalid_reward: float = -1.0
+    tag: str = "guess_number"
+
+    def __attrs_post_init__(self) -> None:
+        _check_range(self.low, self.high, self.max_turns, "GuessNumberGroupBuilder")
+        if not self.low <= self.secret <= self.high:
+            raise ValueError(
+                f"GuessNumberGroupBuilder: secret {self.secret} is outside {self.low}..{self.high}"
+            )
+        if self.group_size < 1:
+            raise ValueError(f"GuessNumberGroupBuilder: group_size must be >= 1, got {self.group_size}")
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [
+            GuessNumberEnv(
+                GuessNumberGame(
+                    self.secret,
+                    low=self.low,
+                    high=self.high,
+                    max_turns=self.max_turns,
+                    turn_cost=self.turn_cost,
+                    invalid_reward=self.invalid_reward,
+                ),
+                self.renderer,
+            )
+            for _ in range(self.group_size)
+        ]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+@attrs.frozen
+class GuessNumberDataset:
+    """``batch_size`` secrets per batch (without repeats when there are enough), each a group of
+    ``group_size`` games; batch ``i`` depends only on ``(seed, i)``. ``len`` is ``n_batches``.
+
+    Example::
+
+        ds = GuessNumberDataset((1, 4, 9), renderer, batch_size=2, group_size=8, n_batches=10)
+        builders_P = ds.get_batch(0)
+    """
+
+    secrets: tuple[int, ...]
+    renderer: Renderer = attrs.field(eq=False)
+    batch_size: int = 8
+    group_size: int = 8
+    n_batches: int = 1
+    seed: int = 0
+    low: int = 0
+    high: int = 15
+    max_turns: int = 5
+    turn_cost: float = 0.1
+    invalid_reward: float = -1.0
+    tag: str = "guess_number"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.secrets:
+            raise ValueError("GuessNumberDataset: secrets is empty")
+        if self.batch_size < 1 or self.n_batches < 1:
+            raise ValueError(
+                "GuessNumberDataset: batch_size and n_batches must be >= 1, "
+                f"got batch_size={self.batch_size}, n_batches={self.n_batches}"
+            )
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        rng = random.Random(f"guess-number/{self.seed}/{index}")
+        if self.batch_size <= len(self.secrets):
+            chosen = rng.sample(self.secrets, self.batch_size)
+        else:
+            chosen = [rng.choice(self.secrets) for _ in range(self.batch_size)]
+        return [
+            GuessNumberGroupBuilder(
+                self.renderer,
+                secret,
+                low=self.low,
+                high=self.high,
+                max_turns=self.max_turns,
+                group_size=self.group_size,
+                turn_cost=self.turn_cost,
+                invalid_reward=self.invalid_reward,
+                tag=self.tag,
+            )
+            for secret in chosen
+        ]
+
+
+def split_secrets(low: int, high: int, n_test: int, seed: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(train, test)``: the numbers ``low..high`` split by a seeded shuffle, ``n_test`` of them
+    held out (``n_test = 0``: every number is a training secret and there is no test set).
+
+    Example::
+
+        train, test = split_secrets(0, 15, n_test=4, seed=0)   # 12 and 4 secrets, disjoint
+    """
+    numbers = list(range(low, high + 1))
+    if not 0 <= n_test < len(numbers):
+        raise ValueError(f"n_test_secrets must be in 0..{len(numbers) - 1} for {low}..{high}, got {n_test}")
+    order = np.random.default_rng([seed, 0x6E55]).permutation(len(numbers))
+    test = tuple(sorted(numbers[int(i)] for i in order[:n_test]))
+    train = tuple(sorted(numbers[int(i)] for i in order[n_test:]))
+    return train, test
+
+
+@attrs.frozen(kw_only=True)
+class GuessNumberTask:
+    """The RL dataset builder: training secrets (``batch_size`` × ``group_size`` games per step),
+    and the held-out secrets (``n_test_secrets``, seeded split) × ``test_group_size`` games as
+    the test set, in one batch. Picklable.
+
+    Example::
+
+        train, test = await GuessNumberTask(low=0, high=15, n_test_secrets=4, group_size=8)()
+    """
+
+    base_model: str = "tempering/tiny"
+    renderer_name: str = "chatml"
+    low: int = 0
+    high: int = 15
+    max_turns: int = 5
+    turn_cost: float = 0.1
+    invalid_reward: float = -1.0
+    n_test_secrets: int = 4
+    seed: int = 0
+    batch_size: int = 8
+    group_size: int = 8
+    test_group_size: int = 8
+    n_batches: int = 1000
+
+    def __attrs_post_init__(self) -> None:
+        _check_range(self.low, self.high, self.max_turns, "GuessNumberTask")
+        split_secrets(self.low, self.high, self.n_test_secrets, self.seed)  # validates n_test_secrets
+
+    def secrets(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(train, test)`` secrets."""
+        return split_secrets(self.low, self.high, self.n_test_secrets, self.seed)
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        renderer = get_renderer(self.renderer_name, load_tokenizer(self.base_model))
+        train, test = self.secrets()
+
+        def make(
+            secrets: tuple[int, ...], batch_size: int, group_size: int, n: int, seed: int
+        ) -> GuessNumberDataset:
+            return GuessNumberDataset(
+                secrets,
+                renderer,
+                batch_size=batch_size,
+                group_size=group_size,
+                n_batches=n,
+                seed=seed,
+                low=self.low,
+                high=self.high,
+                max_turns=self.max_turns,
+                turn_cost=self.turn_cost,
+                invalid_reward=self.invalid_reward,
+            )
+
+        train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
+        test_ds = make(test, len(test), self.test_group_size, 1, self.seed + 1) if test else None
+        return train_ds, test_ds
+
+
+@attrs.frozen
+class GuessNumberStats:
+    """Summary of finished guess-number episodes (fractions in ``[0, 1]``).
+
+    ``success``: found the secret; ``turns``: guesses per episode (all episodes);
+    ``turns_found``: guesses per successful episode (NaN when none); ``invalid``: ended by an
+    invalid reply; ``inconsistent``: fraction of valid guesses already ruled out.
+    """
+
+    episodes: int
+    success: float
+    turns: float
+    turns_found: float
+    invalid: float
+    inconsistent: float
+    reward: float
+
+    def as_dict(self, prefix: str) -> dict[str, float]:
+        """The figures as ``{f"{prefix}_{name}": value}``."""
+        return {f"{prefix}_{k}": float(v) for k, v in attrs.asdict(self).items()}
+
+
+def guess_number_stats(trajectories: Sequence[Trajectory]) -> GuessNumberStats:
+    """:class:`GuessNumberStats` of finished episodes (each the trajectory of a
+    :class:`GuessNumberEnv`).
+
+    Example::
+
+        stats = guess_number_stats([t for r in rollouts if r.group for t in r.group.trajectories_G])
+    """
+    found: list[float] = []
+    turns: list[float] = []
+    turns_found: list[float] = []
+    invalid: list[float] = []
+    inconsistent: list[float] = []
+    rewards: list[float] = []
+    for traj in trajectories:
+        if not traj.transitions:
+            continue
+        last = traj.transitions[-1].metrics
+        ok = float(last.get("guess/found", 0))
+        n = float(last.get("guess/turns", len(traj.transitions)))
+        found.append(ok)
+        turns.append(n)
+        if ok:
+            turns_found.append(n)
+        invalid.append(float(last.get("guess/invalid", 0)))
+        inconsistent += [float(t.metrics.get("guess/inconsistent", 0)) for t in traj.transitions]
+        rewards.append(sum(t.reward for t in traj.transitions))
+
+    def mean(xs: list[float]) -> float:
+        return float(np.mean(xs)) if xs else float("nan")
+
+    return GuessNumberStats(
+        episodes=len(found),
+        success=mean(found),
+        turns=mean(turns),
+        turns_found=mean(turns_found),
+        invalid=mean(invalid),
+        inconsistent=mean(inconsistent),
+        reward=mean(rewards),
+    )
