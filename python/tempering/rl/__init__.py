@@ -3,15 +3,24 @@
 Example::
 
     from tempering.rl.data import compute_advantages, trajectories_to_datums
+    from tempering.rl import read_trajectories, select_episodes, trajectory_examples   # logs
 """
 
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
 from tempering.rl.policy import GroupTokenCompleter, TinkerTokenCompleter
 from tempering.rl.rollouts import MASK_TURN, GroupRollout, RolloutConfig, rollout_batch, rollout_group
 from tempering.rl.train import RLConfig, RLResult, is_fresh, train
+from tempering.rl.trajectories import TRAJECTORY_SCHEMA, TrajectoryLogError, episodes_table, read_trajectories
+from tempering.rl.trajectory_data import (
+    learning_history_examples,
+    select_episodes,
+    supervised_dataset,
+    trajectory_examples,
+)
 
 __all__ = [
     "MASK_TURN",
+    "TRAJECTORY_SCHEMA",
     "GroupRollout",
     "GroupTokenCompleter",
     "InlineExecutor",
@@ -21,8 +30,15 @@ __all__ = [
     "RolloutConfig",
     "RolloutExecutor",
     "TinkerTokenCompleter",
+    "TrajectoryLogError",
+    "episodes_table",
     "is_fresh",
+    "learning_history_examples",
+    "read_trajectories",
     "rollout_batch",
     "rollout_group",
+    "select_episodes",
+    "supervised_dataset",
     "train",
+    "trajectory_examples",
 ]

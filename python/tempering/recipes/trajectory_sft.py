@@ -1,0 +1,335 @@
+"""``tempering recipe trajectory-sft``: an RL run's logged trajectories, distilled into a fresh
+model by supervised fine-tuning, evaluated on the demo's held-out problems.
+
+1. The teacher's log: ``--log-dir`` names an RL run directory written with
+   ``RLConfig(log_trajectories=True)`` (the demo's ``<demo out>/rl`` once the demo logs); without
+   it the recipe first runs the demo's pipeline itself at the ``--teacher-*`` budget (SFT warm
+   start on arithmetic, then RL with the exact-answer reward, trajectories logged) into
+   ``<out>/teacher-sft`` and ``<out>/teacher-rl``.
+2. The data (:mod:`tempering.rl.trajectory_data`), by ``--mode``:
+
+   - ``rejection`` (default): episodes whose total reward is at least ``--min-reward``, without
+     duplicates, the ``--top-k`` best of each prompt (rejection-sampling fine-tuning);
+   - ``history``: learning histories, each prompt's episodes in training order, cut into
+     windows of ``--episodes-per-history``, with each attempt's reward shown between attempts
+     (algorithm distillation).
+
+   Tokens are the ground truth: each example is the logged observation and action tokens, with
+   weight 1 on the action tokens.
+3. The student: a *fresh* ``--base-model`` (the tiny model from random weights, full fine-tuning,
+   on the local engine) trained with :func:`tempering.sft.train_supervised` for ``--steps``
+   steps into ``<out>/student``.
+4. Evaluation: held-out accuracy of the student on the demo's held-out split
+   (:func:`~tempering.recipes.arithmetic.split_problems` with the same ``--seed`` and
+   ``--n-test``; never trained on by the teacher or the student), ``--eval-samples`` answers per
+   problem sampled at temperature 1, and greedy; the teacher's final weights are evaluated the
+   same way when they can be loaded, else its ``summary.json`` figure is reported.
+
+``<out>/summary.json``: ``episodes_logged``, ``episodes_kept``, ``examples``,
+``student_accuracy``, ``student_greedy_accuracy``, ``teacher_accuracy`` and
+``teacher_greedy_accuracy`` (when known), ``wall_seconds``, and the config.
+
+Shapes: ``P`` problems per RL step, ``G`` samples per problem; ``E`` logged episodes.
+
+Example::
+
+    tempering recipe trajectory-sft --log-dir runs/demo-20250101-120000/rl --out runs/tsft
+    tempering recipe trajectory-sft --mode history --out runs/tsft-history
+    result = asyncio.run(TrajectorySFTRecipe(out="/tmp/tsft", teacher_sft_steps=40)())
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from tempering._service import ServiceClient
+from tempering.recipes._common import (
+    TINY_MODEL,
+    RecipeResult,
+    default_lora_rank,
+    finish,
+    prepare_run_dir,
+    recipe_service,
+)
+from tempering.recipes.arithmetic import (
+    AccuracyEvaluator,
+    ArithmeticProblems,
+    split_problems,
+    write_chat_jsonl,
+)
+
+__all__ = ["Mode", "TrajectorySFTRecipe"]
+
+Mode = Literal["rejection", "history"]
+
+
+@attrs.frozen(kw_only=True)
+class TrajectorySFTRecipe:
+    """Logged RL trajectories → SFT of a fresh model → held-out accuracy; see the module
+    docstring. ``await recipe()`` runs it.
+
+    Example::
+
+        result = await TrajectorySFTRecipe(log_dir="runs/demo/rl", out="runs/tsft")()
+        result.figures["student_accuracy"], result.figures["episodes_kept"]
+    """
+
+    out: str | None = None
+    """Run directory (replaced if it exists); default ``runs/trajectory-sft-<timestamp>``."""
+    log_dir: str | None = None
+    """An RL run directory with a trajectory log (``RLConfig(log_trajectories=True)``); default:
+    run the teacher here first."""
+    mode: Mode = "rejection"
+    """``rejection``: the best episodes; ``history``: learning histories (algorithm distillation)."""
+    min_reward: float = 1.0
+    """Rejection sampling: keep episodes whose total reward is at least this."""
+    top_k: int | None = 1
+    """Rejection sampling: at most this many episodes per prompt (the best); ``None``: all."""
+    dedup: bool = True
+    """Rejection sampling: one episode per (prompt, action tokens)."""
+    episodes_per_history: int = 4
+    """Learning histories: episodes per example."""
+    base_model: str = TINY_MODEL
+    renderer_name: str = "chatml"
+    lora_rank: int | None = None
+    """Student's LoRA rank; default 0 (full fine-tuning) for the tiny model locally, else 32."""
+    seed: int = 0
+    """Seeds the held-out split (the demo's with the same value), the student and the sampling."""
+    n_test: int = 200
+    eval_samples: int = 4
+    steps: int = 400
+    """Student SFT steps."""
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    teacher_sft_steps: int = 1200
+    """Without ``--log-dir``: the teacher's SFT warm-start steps (the demo's default)."""
+    teacher_rl_steps: int = 40
+    teacher_rl_batch_size: int = 16
+    teacher_group_size: int = 16
+    teacher_learning_rate: float = 1e-4
+    progress: bool = True
+
+    async def __call__(self) -> RecipeResult:
+        return await _run(self)
+
+
+def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
+    """Refuse a log whose RL task used another held-out split than the one evaluated here."""
+    config_path = log_dir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: not found; --log-dir must name an RL run directory")
+    config: dict[str, Any] = json.loads(config_path.read_text())
+    dataset: Any = config.get("dataset")
+    if isinstance(dataset, dict):
+        fields: dict[str, Any] = dataset
+        for name, mine in (("seed", seed), ("n_test", n_test)):
+            theirs = fields.get(name)
+            if isinstance(theirs, int) and theirs != mine:
+                raise ValueError(
+                    f"{config_path}: the logged run's dataset has {name}={theirs}, but this recipe "
+                    f"evaluates on the split of {name}={mine}; pass --{name.replace('_', '-')} {theirs} so "
+                    "the held-out problems are the ones the teacher never trained on"
+                )
+
+
+async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
+    from tempering.renderers import get_renderer
+    from tempering.rl import RLConfig, train
+    from tempering.rl.trajectories import episodes_table, read_trajectories
+    from tempering.rl.trajectory_data import (
+        learning_history_examples,
+        select_episodes,
+        supervised_dataset,
+        trajectory_examples,
+    )
+    from tempering.sft import ChatData, SFTConfig, train_supervised
+    from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
+
+    t_start = time.monotonic()
+    run_dir = prepare_run_dir("trajectory-sft", config.out)
+    service = recipe_service(config.base_model)
+    tokenizer = load_tokenizer(config.base_model)
+    renderer = get_renderer(config.renderer_name, tokenizer)
+    train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
+    lora_rank = default_lora_rank(config.base_model, config.lora_rank)
+
+    def evaluator(stage: str) -> AccuracyEvaluator:
+        return AccuracyEvaluator(
+            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=config.seed
+        )
+
+    def adam(learning_rate: float, steps: int) -> AdamConfig:
+        return AdamConfig(
+            learning_rate=learning_rate,
+            beta2=0.98,
+            schedule=LRSchedule("constant", warmup_steps=min(50, steps // 10)),
+        )
+
+    figures: dict[str, float] = {}
+    extra: dict[str, Any] = {"mode": config.mode}
+
+    # 1. the teacher's trajectory log
+    if config.log_dir is None:
+        train_path = write_chat_jsonl(train_problems, run_dir / "data" / "train.jsonl")
+        sft_model = ModelConfig(
+            base_model=config.base_model,
+            lora_rank=lora_rank,
+            seed=config.seed,
+            renderer_name=config.renderer_name,
+        )
+        sft_config = SFTConfig(
+            run=RunConfig(
+                log_dir=str(run_dir / "teacher-sft"),
+                if_exists="overwrite",
+                save_every=0,
+                progress=config.progress,
+            ),
+            model=sft_model,
+            data=ChatData(path=str(train_path), test_path=None, batch_size=32, seed=config.seed),
+            adam=adam(1e-3, config.teacher_sft_steps),
+            num_epochs=max(1, math.ceil(config.teacher_sft_steps / max(1, len(train_problems) // 32))),
+            max_steps=config.teacher_sft_steps,
+        )
+        print(f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {run_dir}")
+        sft = await sft_config(service)
+        rl_config = RLConfig(
+            run=RunConfig(
+                log_dir=str(run_dir / "teacher-rl"),
+                if_exists="overwrite",
+                save_every=0,
+                eval_every=0,
+                progress=config.progress,
+            ),
+            dataset=ArithmeticProblems(
+                base_model=config.base_model,
+                renderer_name=config.renderer_name,
+                seed=config.seed,
+                n_test=config.n_test,
+                batch_size=config.teacher_rl_batch_size,
+                group_size=config.teacher_group_size,
+                test_group_size=config.eval_samples,
+            ),
+            model=ModelConfig(
+                base_model=config.base_model,
+                init_state=sft.final.state_path,
+                renderer_name=config.renderer_name,
+            ),
+            adam=AdamConfig(
+                learning_rate=config.teacher_learning_rate, beta2=0.98, schedule=LRSchedule("constant")
+            ),
+            num_steps=config.teacher_rl_steps,
+            max_tokens=8,
+            log_trajectories=True,
+        )
+        print(f"tempering recipe trajectory-sft: teacher RL, {config.teacher_rl_steps} steps, logged")
+        await train(rl_config, service=service)
+        log_dir = run_dir / "teacher-rl"
+    else:
+        log_dir = Path(config.log_dir)
+        _check_log_split(log_dir, config.seed, config.n_test)
+    extra["log_dir"] = str(log_dir)
+
+    # 2. the teacher's accuracy: its final weights, evaluated here, else its recorded figure
+    teacher = await _teacher_accuracy(log_dir, service, evaluator("teacher"))
+    figures.update(teacher)
+
+    # 3. the data
+    table = read_trajectories(log_dir)
+    episodes = episodes_table(table)
+    figures["episodes_logged"] = float(episodes.num_rows)
+    if config.mode == "rejection":
+        kept = select_episodes(
+            table, min_reward=config.min_reward, top_k_per_prompt=config.top_k, dedup=config.dedup
+        )
+        figures["episodes_kept"] = float(episodes_table(kept).num_rows)
+        examples = trajectory_examples(kept)
+    else:
+        figures["episodes_kept"] = float(episodes.num_rows)
+        examples = learning_history_examples(
+            table, tokenizer, episodes_per_history=config.episodes_per_history
+        )
+    figures["examples"] = float(len(examples))
+    if not examples:
+        raise ValueError(
+            f"{log_dir}: no episode passed the filters ({int(figures['episodes_logged'])} logged, "
+            f"min reward {config.min_reward}); lower --min-reward or train the teacher longer"
+        )
+    train_ds = supervised_dataset(examples, batch_size=config.batch_size, seed=config.seed)
+
+    # 4. the student: a fresh model, SFT on the examples
+    student_model = ModelConfig(
+        base_model=config.base_model,
+        lora_rank=lora_rank,
+        seed=config.seed,
+        renderer_name=config.renderer_name,
+    )
+    print(
+        f"tempering recipe trajectory-sft: student SFT on {len(examples)} examples "
+        f"({config.mode}), {config.steps} steps -> {run_dir / 'student'}"
+    )
+    student_run = RunConfig(
+        log_dir=str(run_dir / "student"),
+        if_exists="overwrite",
+        save_every=0,
+        eval_every=0,
+        progress=config.progress,
+    )
+    student = await train_supervised(
+        config,
+        run=student_run,
+        model=student_model,
+        adam=adam(config.learning_rate, config.steps),
+        train=train_ds,
+        num_epochs=math.ceil(config.steps / len(train_ds)),
+        max_steps=config.steps,
+        service=service,
+    )
+    extra["student_checkpoint"] = student.final.sampler_path
+    sampler = await service.create_sampling_client(model_path=student.final.sampler_path)
+    metrics = await evaluator("student")(sampler)
+    figures["student_accuracy"] = metrics["test/accuracy"]
+    figures["student_greedy_accuracy"] = metrics["test/accuracy_greedy"]
+    figures["wall_seconds"] = time.monotonic() - t_start
+    close = getattr(service, "close", None)
+    if callable(close):
+        close()
+    return finish(RecipeResult("trajectory-sft", run_dir, figures, extra), config=config)
+
+
+async def _teacher_accuracy(
+    log_dir: Path, service: ServiceClient, evaluator: AccuracyEvaluator
+) -> dict[str, float]:
+    """The teacher's held-out accuracy: its final sampler weights (``checkpoints.jsonl``)
+    evaluated with ``evaluator`` when they load; else the demo's ``summary.json``
+    (``rl_accuracy``) beside the log; else nothing."""
+    index = log_dir / "checkpoints.jsonl"
+    if index.is_file():
+        records = [json.loads(line) for line in index.read_text().splitlines() if line.strip()]
+        final = [r for r in records if r.get("final") and r.get("sampler_path")]
+        if final:
+            try:
+                sampler = await service.create_sampling_client(model_path=final[-1]["sampler_path"])
+            except (FileNotFoundError, ValueError):  # e.g. another machine's checkpoint store
+                sampler = None
+            if sampler is not None:
+                metrics = await evaluator(sampler)
+                return {
+                    "teacher_accuracy": metrics["test/accuracy"],
+                    "teacher_greedy_accuracy": metrics["test/accuracy_greedy"],
+                }
+    summary = log_dir.parent / "summary.json"
+    if summary.is_file():
+        recorded: dict[str, Any] = json.loads(summary.read_text())
+        out = {
+            f"teacher_{k}": float(recorded[f"rl_{k}"])
+            for k in ("accuracy", "greedy_accuracy")
+            if isinstance(recorded.get(f"rl_{k}"), int | float)
+        }
+        return out
+    return {}
