@@ -19,8 +19,8 @@ invalid reply                       ``invalid_reward`` (default -1): not a plain
 
 Metrics of the last step: ``correct`` (1 when found, so the RL loop's ``env/correct`` is the
 success rate), ``guess/found``, ``guess/turns``, ``guess/invalid``; of every step:
-``guess/inconsistent`` (1 when the guess was already ruled out by earlier feedback, a legal but
-wasted turn).
+``guess/inconsistent`` (1 when a valid guess was already ruled out by earlier feedback, a legal
+but wasted turn; absent on an invalid reply).
 
 Groups (:class:`GuessNumberGroupBuilder`): ``G`` envs sharing one secret, so the first turn is
 one request with ``num_samples = G`` and the group-relative advantage compares ``G`` attempts at
@@ -198,7 +198,7 @@ class GuessNumberGame:
             raise RuntimeError("GuessNumberGame is single-use and this episode is over")
         self.turns += 1
         self.invalid = True
-        return self._end(reward, {"guess/inconsistent": 0})
+        return self._end(reward, {})
 
     def reply(self, content: str) -> MessageStepResult:
         """:meth:`step` without the wait: answer the assistant's reply ``content``."""
@@ -209,7 +209,7 @@ class GuessNumberGame:
         guess = int(text) if _INTEGER.fullmatch(text) is not None else None
         if guess is None or not self.low <= guess <= self.high:
             self.invalid = True
-            return self._end(self.invalid_reward, {"guess/inconsistent": 0})
+            return self._end(self.invalid_reward, {})
         lo, hi = feasible_range(self.history, self.low, self.high)
         metrics: Metrics = {"guess/inconsistent": int(not lo <= guess <= hi)}
         answer = guess_feedback(self.secret, guess)
@@ -496,7 +496,11 @@ def guess_number_stats(trajectories: Sequence[Trajectory]) -> GuessNumberStats:
         if ok:
             turns_found.append(n)
         invalid.append(float(last.get("guess/invalid", 0)))
-        inconsistent += [float(t.metrics.get("guess/inconsistent", 0)) for t in traj.transitions]
+        inconsistent += [
+            float(t.metrics["guess/inconsistent"])
+            for t in traj.transitions
+            if "guess/inconsistent" in t.metrics
+        ]
         rewards.append(sum(t.reward for t in traj.transitions))
 
     def mean(xs: list[float]) -> float:

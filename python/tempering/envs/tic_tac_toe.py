@@ -75,7 +75,9 @@ from tempering_protocols import (
 )
 
 __all__ = [
+    "EMPTY",
     "LINES",
+    "MARKS",
     "Side",
     "TicTacToeGame",
     "TicTacToeGroupBuilder",
