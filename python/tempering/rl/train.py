@@ -469,7 +469,8 @@ class _Run:
     ) -> _Substep | None:
         config = self.config
         t0 = time.perf_counter()
-        kept, _ = remove_constant_reward_groups(groups)
+        # With a teacher, a group of equal rewards still carries the distillation signal: keep it.
+        kept = list(groups) if self.teacher is not None else remove_constant_reward_groups(groups)[0]
         if not kept:
             timers.add("data", time.perf_counter() - t0)
             return None
@@ -522,7 +523,8 @@ class _Run:
             groups = [r.group for r in chunk if r.group is not None]
             if not groups:
                 continue
-            n_constant += remove_constant_reward_groups(groups)[1]
+            if self.teacher is None:  # with a teacher nothing is dropped (_train_minibatch)
+                n_constant += remove_constant_reward_groups(groups)[1]
             sub = await self._train_minibatch(groups, step, timers)
             if sub is not None:
                 substeps.append(sub)
