@@ -152,6 +152,8 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
     from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
 
     t_start = time.monotonic()
+    if config.log_dir is not None:
+        _check_log_split(Path(config.log_dir), config.seed, config.n_test)
     run_dir = prepare_run_dir("trajectory-sft", config.out)
     service = recipe_service(config.base_model)
     tokenizer = load_tokenizer(config.base_model)
@@ -232,7 +234,6 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
         log_dir = run_dir / "teacher-rl"
     else:
         log_dir = Path(config.log_dir)
-        _check_log_split(log_dir, config.seed, config.n_test)
     extra["log_dir"] = str(log_dir)
 
     # 2. the teacher's accuracy: its final weights, evaluated here, else its recorded figure
