@@ -191,9 +191,8 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     assert 0.0 <= history["teacher_accuracy"] <= 1.0  # from the checkpoint: no summary names it
     assert not (again / "teacher-rl").exists()
 
-    # A log from another held-out split is refused, naming the flag to pass.
-    proc = _recipe(
-        ["--out", str(tmp_path / "x"), "--log-dir", str(out / "teacher-rl"), "--n-test", "30"], env
-    )
-    assert proc.returncode != 0
-    assert "--n-test 12" in proc.stderr
+    # A log from another held-out split is refused before anything runs, naming the flag to pass.
+    refused = TrajectorySFTRecipe(out=str(tmp_path / "x"), log_dir=str(out / "teacher-rl"), n_test=30)
+    with pytest.raises(ValueError, match="--n-test 12"):
+        asyncio.run(refused())
+    assert not (tmp_path / "x").exists()
