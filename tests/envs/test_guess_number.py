@@ -188,6 +188,16 @@ def test_task_splits_secrets_and_is_deterministic() -> None:
     (test_batch,) = [test_ds.get_batch(0)]
     assert sorted(b.secret for b in test_batch if isinstance(b, GuessNumberGroupBuilder)) == list(test)
     assert all(isinstance(b, GuessNumberGroupBuilder) and b.group_size == 5 for b in test_batch)
+    _, every = asyncio.run(GuessNumberTask(low=1, high=6, n_test_secrets=0)())
+    assert every is not None
+    assert sorted(b.secret for b in every.get_batch(0) if isinstance(b, GuessNumberGroupBuilder)) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
 
 
 def test_scripted_players() -> None:

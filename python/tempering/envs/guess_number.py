@@ -24,8 +24,8 @@ but wasted turn; absent on an invalid reply).
 
 Groups (:class:`GuessNumberGroupBuilder`): ``G`` envs sharing one secret, so the first turn is
 one request with ``num_samples = G`` and the group-relative advantage compares ``G`` attempts at
-the same secret. :class:`GuessNumberTask` is the RL dataset builder: secrets split (seeded) into
-training and held-out ones. :func:`guess_number_stats` summarises finished episodes;
+the same secret. :class:`GuessNumberTask` is the RL dataset builder (every secret of the range, or a
+seeded split into training and held-out secrets). :func:`guess_number_stats` summarises finished episodes;
 :func:`bisect_guess` and :func:`random_consistent_guess` are scripted players (the recipe's SFT
 teacher and the baselines).
 
@@ -35,7 +35,7 @@ Example::
 
     builder = GuessNumberGroupBuilder(renderer, secret=11, low=0, high=15, max_turns=5, group_size=8)
     check_env_group_builder(builder)
-    train, test = await GuessNumberTask(low=0, high=15, n_test_secrets=4)()
+    train, test = await GuessNumberTask(low=0, high=15, max_turns=5)()
 """
 
 from __future__ import annotations
@@ -393,8 +393,12 @@ def split_secrets(low: int, high: int, n_test: int, seed: int) -> tuple[tuple[in
 @attrs.frozen(kw_only=True)
 class GuessNumberTask:
     """The RL dataset builder: training secrets (``batch_size`` × ``group_size`` games per step),
-    and the held-out secrets (``n_test_secrets``, seeded split) × ``test_group_size`` games as
-    the test set, in one batch. Picklable.
+    and the held-out secrets (``n_test_secrets``, seeded split; with 0, every secret) ×
+    ``test_group_size`` games as the test set, in one batch. Picklable.
+
+    Held-out secrets test more than held-out sampling seeds do: RL rewards naming the training
+    secrets, so a policy can learn to avoid numbers it was never rewarded for (measured in
+    docs/recipes/guess-number.md).
 
     Example::
 
@@ -408,7 +412,7 @@ class GuessNumberTask:
     max_turns: int = 5
     turn_cost: float = 0.1
     invalid_reward: float = -1.0
-    n_test_secrets: int = 4
+    n_test_secrets: int = 0
     seed: int = 0
     batch_size: int = 8
     group_size: int = 8
@@ -445,8 +449,8 @@ class GuessNumberTask:
             )
 
         train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
-        test_ds = make(test, len(test), self.test_group_size, 1, self.seed + 1) if test else None
-        return train_ds, test_ds
+        test = test or train  # no held-out secrets: every secret, with the test's own sampling seeds
+        return train_ds, make(test, len(test), self.test_group_size, 1, self.seed + 1)
 
 
 @attrs.frozen

@@ -3,12 +3,12 @@ feedback, from a short supervised warm start.
 
 A randomly initialised tiny model cannot play from nothing in minutes, so the pipeline is:
 
-1. Data: the numbers ``low..high`` are split (seeded) into training secrets and
-   ``n_test_secrets`` held-out ones. A scripted teacher plays ``sft_games`` games on training
+1. Data: every number of ``low..high`` is a secret (``n_test_secrets > 0`` holds some out of
+   SFT and RL, a seeded split). A scripted teacher plays ``sft_games`` games on training
    secrets (:func:`~tempering.envs.guess_number.play_scripted`); the default teacher,
    ``"random"``, guesses uniformly within the range the feedback still allows: always legal,
-   never wasted, but slower than bisection (on 0..15 with 5 turns it finds the secret in about
-   77% of games, bisection in all). The transcripts are chat JSONL in ``<out>/data``.
+   never wasted, but slower than bisection (on 0..9 with 4 turns it finds the secret in about
+   76% of games, bisection in all). The transcripts are chat JSONL in ``<out>/data``.
 2. SFT: :func:`tempering.sft.train_supervised` on every assistant turn of the transcripts
    (format, legal guesses, using the feedback); run directory ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` from the SFT checkpoint on
@@ -16,8 +16,9 @@ A randomly initialised tiny model cannot play from nothing in minutes, so the pi
    ``group_size`` games per step, the ``G`` games of a group sharing the secret; reward
    ``1 - turn_cost * (turns - 1)`` for finding it, 0 when the turns run out,
    ``invalid_reward`` for an invalid reply; run directory ``<out>/rl``.
-4. Evaluation of the SFT and the RL weights alike: ``eval_samples`` games per held-out secret,
-   sampled at temperature 1 (the policy as RL samples it) with a fixed seed: success rate, mean
+4. Evaluation of the SFT and the RL weights alike: ``eval_samples`` games per secret (the
+   held-out ones when there are), sampled at temperature 1 (the policy as RL samples it) with
+   a fixed seed of its own: success rate, mean
    turns, invalid-reply rate (:func:`~tempering.envs.guess_number.guess_number_stats`). The
    difference is RL's own contribution. ``summary.json`` also records the scripted teacher and
    bisection on the same secrets, for scale.
@@ -145,6 +146,13 @@ async def evaluate_guess_number(
     return guess_number_stats(trajectories)
 
 
+def _describe(stats: GuessNumberStats) -> str:
+    return (
+        f"success {stats.success:.1%}, {stats.turns:.2f} turns a game, "
+        f"invalid {stats.invalid:.1%} ({stats.episodes} games)"
+    )
+
+
 @attrs.frozen(kw_only=True)
 class GuessNumberRecipe:
     """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it.
@@ -162,30 +170,32 @@ class GuessNumberRecipe:
     seed: int = 0
     """Seeds the secret split, the transcripts, the initialisation, the batches and the sampling."""
     low: int = 0
-    high: int = 15
-    max_turns: int = 5
+    high: int = 9
+    """The range of secrets; the default keeps every guess one token for the byte-level tiny model."""
+    max_turns: int = 4
     turn_cost: float = 0.1
     """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     invalid_reward: float = -1.0
     """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
-    n_test_secrets: int = 4
-    """Held-out secrets (never a training secret); 0: evaluate on the training secrets."""
+    n_test_secrets: int = 0
+    """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
+    on and evaluated on, with held-out sampling seeds."""
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
     sft_games: int = 4000
-    sft_steps: int = 300
+    sft_steps: int = 150
     sft_batch_size: int = 32
     sft_learning_rate: float = 2e-3
     rl_steps: int = 30
     rl_batch_size: int = 8
     """Secrets per RL step (``P``)."""
-    group_size: int = 8
+    group_size: int = 16
     """Games per secret (``G``), sharing the secret."""
-    rl_learning_rate: float = 1e-4
+    rl_learning_rate: float = 3e-4
     rl_eval_every: int = 10
     max_tokens: int = 6
     """Tokens per reply."""
-    eval_samples: int = 32
+    eval_samples: int = 16
     """Games per evaluation secret, before and after RL."""
     progress: bool = True
 
@@ -315,6 +325,7 @@ async def _run(config: GuessNumberRecipe) -> RecipeResult:
     )
     sft_sampler = await service.create_sampling_client(model_path=sft.final.sampler_path)
     before = await evaluate(sft_sampler)
+    print(f"tempering recipe guess-number: after SFT {_describe(before)}", flush=True)
 
     # 3. RL from the SFT checkpoint
     rl_config = RLConfig(
@@ -342,6 +353,7 @@ async def _run(config: GuessNumberRecipe) -> RecipeResult:
     )
     rl = await train(rl_config, service=service)
     after = await evaluate(await service.create_sampling_client(model_path=rl.final.sampler_path))
+    print(f"tempering recipe guess-number: after RL {_describe(after)}", flush=True)
 
     # 4. outputs
     games = 200

@@ -159,6 +159,13 @@ class SelfPlayTask:
         return dataset, None
 
 
+def _describe(stats: dict[Side, TicTacToeStats]) -> str:
+    return "; ".join(
+        f"as {side} win {s.win:.1%} draw {s.draw:.1%} loss {s.loss:.1%} (illegal {s.illegal:.1%})"
+        for side, s in stats.items()
+    )
+
+
 @attrs.frozen(kw_only=True)
 class TicTacToeRecipe:
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
@@ -268,6 +275,9 @@ async def _run(config: TicTacToeRecipe) -> RecipeResult:
         service=service,
     )
     before = await evaluate(await service.create_sampling_client(model_path=sft.final.sampler_path))
+    print(
+        f"tempering recipe tic-tac-toe: after SFT, against a random player: {_describe(before)}", flush=True
+    )
 
     # 3. self-play RL from the SFT checkpoint
     rl_config = RLConfig(
@@ -296,6 +306,7 @@ async def _run(config: TicTacToeRecipe) -> RecipeResult:
     )
     rl = await train(rl_config, service=service)
     after = await evaluate(await service.create_sampling_client(model_path=rl.final.sampler_path))
+    print(f"tempering recipe tic-tac-toe: after RL, against a random player: {_describe(after)}", flush=True)
 
     # 4. outputs
     close = getattr(service, "close", None)

@@ -1,0 +1,85 @@
+"""``tempering recipe guess-number`` at a tiny budget, in a subprocess: it exits 0, writes its run
+directories, and its summary holds the figures in range. The full-budget figures are in
+docs/recipes/guess-number.md, not a test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tempering.recipes import load_recipe
+from tempering.recipes.guess_number import GuessNumberRecipe, write_transcripts
+
+_TINY = [
+    "--sft-games", "200", "--sft-steps", "16", "--sft-batch-size", "16",
+    "--rl-steps", "2", "--rl-batch-size", "2", "--group-size", "4", "--rl-eval-every", "1",
+    "--n-test-secrets", "2", "--eval-samples", "4", "--no-progress",
+]  # fmt: skip
+
+
+def test_registry_names_the_recipe() -> None:
+    assert load_recipe("guess-number") is GuessNumberRecipe
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="GuessNumberRecipe: group_size must be >= 1"):
+        GuessNumberRecipe(group_size=0)
+    with pytest.raises(ValueError, match=r"n_test_secrets must be in 0\.\.7"):
+        GuessNumberRecipe(low=0, high=7, n_test_secrets=8)
+    with pytest.raises(ValueError, match="teacher"):
+        GuessNumberRecipe(teacher="oracle")  # pyright: ignore[reportArgumentType]
+
+
+def test_transcripts_follow_the_rules(tmp_path: Path) -> None:
+    path = write_transcripts(
+        tmp_path / "t.jsonl", (3, 9), n_games=50, teacher="bisect", low=0, high=15, max_turns=5, seed=0
+    )
+    rows = [json.loads(line)["messages"] for line in path.read_text().splitlines()]
+    assert len(rows) == 50
+    for messages in rows:
+        assert messages[0] == {"role": "user", "content": "Guess a number from 0 to 15."}
+        assert messages[-1]["role"] == "assistant"
+        assert int(messages[-1]["content"]) in (3, 9)  # bisection always ends on the secret
+        assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2)
+
+
+def test_recipe_tiny_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "TEMPERING_HOME": str(tmp_path / "home"), "TEMPERING_NUM_THREADS": "1"}
+    env.pop("TINKER_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "guess-number", *_TINY, "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"run directory: {out}" in proc.stdout
+    assert "tempering recipe guess-number: sft_success" in proc.stdout
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["recipe"] == "guess-number"
+    for stage in ("sft", "rl"):
+        assert 0.0 <= summary[f"{stage}_success"] <= 1.0
+        assert 0.0 <= summary[f"{stage}_invalid"] <= 1.0
+        assert 1.0 <= summary[f"{stage}_turns"] <= 5.0
+        assert summary[stage]["episodes"] == 2 * 4  # held-out secrets x eval samples
+    assert summary["wall_seconds"] > 0
+    assert summary["scripted"]["bisect_success"] == 1.0
+    assert len(summary["eval_secrets"]) == 2
+    assert not set(summary["eval_secrets"]) & set(summary["train_secrets"])
+    assert summary["config"]["group_size"] == 4
+
+    assert (out / "data" / "train.jsonl").stat().st_size > 0
+    sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in sft] == list(range(16))
+    assert sft[-1]["loss"] < 0.6 * sft[0]["loss"]  # SFT learns the format
+    rl = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rl] == [0, 1]
+    assert all("env/reward/mean" in x and "env/correct" in x for x in rl)
+    assert "test/correct" in rl[-1]
+    for stage in ("sft", "rl"):
+        assert (out / stage / "checkpoints.jsonl").read_text().strip()
