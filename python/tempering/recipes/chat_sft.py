@@ -371,8 +371,8 @@ class ChatSFTRecipe:
 
     async def __call__(self) -> RecipeResult:
         t_start = time.monotonic()
+        service = recipe_service(self.base_model)  # refuses the tiny model on the hosted service
         run_dir = prepare_run_dir("chat-sft", self.out)
-        service = recipe_service(self.base_model)
         model = ModelConfig(
             base_model=self.base_model,
             lora_rank=default_lora_rank(self.base_model, self.lora_rank),

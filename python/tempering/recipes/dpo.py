@@ -169,7 +169,7 @@ class DPORecipe:
     dpo_batch_size: int = 8
     """Pairs per DPO step."""
     dpo_learning_rate: float | None = None
-    """Default 5e-4 for the tiny model (full fine-tuning), 1e-5 otherwise (LoRA)."""
+    """Default 1e-3 for the tiny model (full fine-tuning), 1e-5 otherwise (LoRA)."""
     beta: float = 0.1
     """DPO's β: the implicit reward is ``β log(π / π_ref)``."""
     eval_every: int = 20
@@ -195,8 +195,8 @@ class DPORecipe:
 
     async def __call__(self) -> RecipeResult:
         t_start = time.monotonic()
+        service = recipe_service(self.base_model)  # refuses the tiny model on the hosted service
         run_dir = prepare_run_dir("dpo", self.out)
-        service = recipe_service(self.base_model)
         tokenizer = ModelConfig(base_model=self.base_model).tokenizer()
         renderer = get_renderer(self.renderer_name, tokenizer)
         stages: dict[str, str] = {}
@@ -264,7 +264,7 @@ class DPORecipe:
             data=data,
             adam=AdamConfig(
                 learning_rate=default_learning_rate(
-                    self.base_model, self.dpo_learning_rate, tiny=5e-4, lora=1e-5
+                    self.base_model, self.dpo_learning_rate, tiny=1e-3, lora=1e-5
                 ),
                 schedule=LRSchedule("linear", warmup_steps=min(5, self.dpo_steps // 10)),
             ),

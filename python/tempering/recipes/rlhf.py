@@ -319,6 +319,8 @@ class RLHFRecipe:
     rm_batch_size: int = 8
     rm_learning_rate: float | None = None
     """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
+    rm_eval_every: int = 20
+    """Evaluate the reward model every this many steps (0: only before and after)."""
     rm_from_sft: bool = True
     """Start the reward model from the SFT weights (else from the base model)."""
     rl_steps: int = 20
@@ -335,8 +337,7 @@ class RLHFRecipe:
     eval_samples: int = 2
     """Replies sampled per held-out prompt for the reward-model evaluation."""
     eval_every: int = 10
-    """Evaluate the reward model and the RL policy every this many steps (0: only before and
-    after)."""
+    """Evaluate the RL policy every this many steps (0: only before and after)."""
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
     progress: bool = True
@@ -364,8 +365,8 @@ class RLHFRecipe:
 
     async def __call__(self) -> RecipeResult:
         t_start = time.monotonic()
+        service = recipe_service(self.base_model)  # refuses the tiny model on the hosted service
         run_dir = prepare_run_dir("rlhf", self.out)
-        service = recipe_service(self.base_model)
         lora_rank = default_lora_rank(self.base_model, self.lora_rank)
         renderer = get_renderer(self.renderer_name, ModelConfig(base_model=self.base_model).tokenizer())
         stages: dict[str, str] = {}
@@ -437,7 +438,7 @@ class RLHFRecipe:
                 log_dir=str(run_dir / "rm"),
                 if_exists="overwrite",
                 save_every=0,
-                eval_every=self.eval_every,
+                eval_every=self.rm_eval_every,
                 progress=self.progress,
             ),
             model=rm_model,
