@@ -1,10 +1,15 @@
 """Fixtures shared by the tests that train or sample on the local engine: one checkpoint store
 (``TEMPERING_HOME``, with the tiny model built once) and one service client per session, on the
 CPU in float32 with one torch thread (the tiny model gains nothing from more, and CI machines
-are shared)."""
+are shared).
+
+``TEMPERING_TEST_DEVICE=cuda`` (and optionally ``TEMPERING_TEST_DTYPE``) runs the tests that use
+the ``service`` fixture on a GPU instead: how the CUDA path of the local engine is checked on a
+machine that has one (CI has none; see tests/local/test_local_cuda.py)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +39,8 @@ def tiny_dir(local_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def service(local_root: Path) -> Iterator[ServiceClient]:
-    client = ServiceClient(root=local_root, device="cpu", dtype="float32", num_threads=1)
+    device = os.environ.get("TEMPERING_TEST_DEVICE") or "cpu"
+    dtype = os.environ.get("TEMPERING_TEST_DTYPE") or "float32"
+    client = ServiceClient(root=local_root, device=device, dtype=dtype, num_threads=1)
     yield client
     client.close()

@@ -60,6 +60,7 @@ def test_demo_tiny_budget(tmp_path: Path) -> None:
     assert 'class="tok"' in report
     assert "advantage" in report
     assert "SFT, step 40" in report
+    assert "RL, step 42" in report  # the periodic RL checkpoints are evaluated too
     assert "RL, step 44" in report
 
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -74,3 +75,5 @@ def test_demo_tiny_budget(tmp_path: Path) -> None:
     assert all("env/reward/mean" in x for x in rl)
     assert rl[-1]["env/reward/mean"] >= rl[0]["env/reward/mean"]
     assert "test/correct" in rl[-1]
+    # The RL rollouts were logged (Parquet + text), one part file per step.
+    assert len(list((out / "rl" / "trajectories").rglob("*.parquet"))) == 4

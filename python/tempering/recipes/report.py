@@ -50,8 +50,7 @@ def plot_curves(
     the stage's metrics) to a PNG at ``path``.
 
     ``accuracy_points``: ``(stage, global step, sampled accuracy, greedy accuracy)`` of every
-    held-out evaluation (SFT's, and the final RL one); RL's own periodic ``test/correct`` is
-    drawn from the lines.
+    held-out evaluation (SFT's periodic ones, and RL's at each periodic checkpoint).
     """
     import matplotlib
 
@@ -77,9 +76,6 @@ def plot_curves(
                 alpha=0.5,
                 label=f"{stage.upper()}: accuracy (greedy)",
             )
-    xs, ys = _series(lines, "rl", "test/correct")
-    if xs:
-        ax_acc.plot(xs, ys, "^:", color="tab:red", label="RL: held-out reward during training")
     xs, ys = _series(lines, "rl", "env/reward/mean")
     ax_rew.plot(xs, ys, color="tab:orange", label="RL: training reward (mean over the batch)")
     xs, ys = _series(lines, "sft", "loss")
