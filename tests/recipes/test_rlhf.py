@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,8 @@ import pytest
 
 from tempering import assets
 from tempering.envs import PreferenceModel as EnvPreferenceModel
-from tempering.recipes.rlhf import ComparisonJudge, PromptGroups, RLHFRecipe
+from tempering.preference import ComparisonData
+from tempering.recipes.rlhf import ComparisonJudge, PromptGroups, RewardModelPrompts, RLHFRecipe
 from tempering_protocols import Comparison, Env, EnvGroupBuilder, Message
 
 _TINY = [
@@ -116,3 +118,12 @@ def test_prompt_groups_batches_in_order() -> None:
     ds = PromptGroups(builders, batch_size=2)
     assert len(ds) == 2
     assert list(ds.get_batch(1)) == list(builders[2:4])
+
+
+def test_reward_model_prompts_is_a_picklable_config() -> None:
+    task = RewardModelPrompts(
+        data=ComparisonData(test_size=12), rm_sampler_path="tempering://run-x/sampler_weights/final"
+    )
+    again = pickle.loads(pickle.dumps(task))
+    assert again == task
+    assert again.service is None
