@@ -39,11 +39,11 @@ def _say(renderer: BaseRenderer, text: str) -> list[int]:
 def _board_of(renderer: BaseRenderer, ob: Observation) -> tuple[str, str]:
     """``(board, mark)`` read back from an observation's prompt."""
     text = decode_text(renderer.tokenizer, ob.to_ints())
-    if "You are " not in text:  # the kit's step after the end: an empty observation
+    if "you are " not in text:  # the kit's step after the end: an empty observation
         return "X" * 9, "X"
-    mark = text.split("You are ")[1][0]
-    rows = text.split("row by row.\n")[1].split("<|im_end|>")[0].split("\n")
-    return "".join(rows), mark
+    mark = text.split("you are ")[1][0]
+    rows = text.split("free cell.\n")[1].split("<|im_end|>")[0].split("\n")
+    return "".join("." if c.isdigit() else c for c in "".join(rows)), mark
 
 
 @functools.cache
@@ -110,7 +110,7 @@ def test_rules() -> None:
         None,
         None,
     ]
-    assert tic_tac_toe_prompt("X...O....", "X").endswith("\nX..\n.O.\n...")
+    assert tic_tac_toe_prompt("X...O....", "X") == "Tic-tac-toe, you are X. Pick a free cell.\nX23\n4O6\n789"
 
 
 def _play_vs_random(
@@ -147,7 +147,7 @@ def test_vs_random_opponent_moves_first_as_o_and_game_ends() -> None:
     game = TicTacToeVsRandom("O", seed=4)
     (prompt,) = asyncio.run(game.initial_messages())
     assert game.board.count("X") == 1
-    assert "You are O" in prompt["content"]
+    assert "you are O" in prompt["content"]
     r = asyncio.run(game.step({"role": "assistant", "content": str(legal_moves(game.board)[0] + 1)}))
     while not r.episode_done:
         assert game.board.count("X") == game.board.count("O") + 1

@@ -2,12 +2,15 @@
 
 The board is nine cells, numbered 1-9 row by row; ``X`` moves first. Each turn the mover sees
 the current board (only the current board: the observation does not grow, so every turn is its
-own datum) and replies with the number of an empty cell::
+own datum), each free cell shown as its number, and replies with the number of a free cell::
 
-    Tic-tac-toe. You are O. Reply with an empty cell, 1-9 row by row.
-    X..
-    .X.
-    ..O
+    Tic-tac-toe, you are O. Pick a free cell.
+    X23
+    4X6
+    78O
+
+(Showing the free cells' numbers makes a legal move a digit copied from the prompt, which a
+tiny model learns in a few hundred SFT steps; with ``.`` for free cells it did not, in 300.)
 
 A reply that is not one digit 1-9, names a taken cell, or does not parse (no stop token within
 the turn's budget) is an **illegal move**: the mover loses at once and it is counted.
@@ -125,9 +128,11 @@ def parse_move(text: str) -> int | None:
 
 
 def tic_tac_toe_prompt(board: Sequence[str], mark: Side) -> str:
-    """The user message that asks ``mark`` to move on ``board``."""
-    rows = "\n".join("".join(board[r * 3 : r * 3 + 3]) for r in range(3))
-    return f"Tic-tac-toe. You are {mark}. Reply with an empty cell, 1-9 row by row.\n{rows}"
+    """The user message that asks ``mark`` to move on ``board``: the board's rows with each free
+    cell shown as its number, so a legal reply is a digit that appears on the board."""
+    cells = [str(i + 1) if c == EMPTY else c for i, c in enumerate(board)]
+    rows = "\n".join("".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
+    return f"Tic-tac-toe, you are {mark}. Pick a free cell.\n{rows}"
 
 
 def _outcome_metrics(won: bool, draw: bool, illegal: bool, moves: int) -> Metrics:

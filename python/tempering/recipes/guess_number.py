@@ -183,15 +183,15 @@ class GuessNumberRecipe:
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
     sft_games: int = 4000
-    sft_steps: int = 150
+    sft_steps: int = 300
     sft_batch_size: int = 32
-    sft_learning_rate: float = 2e-3
+    sft_learning_rate: float = 1e-3
     rl_steps: int = 30
     rl_batch_size: int = 8
     """Secrets per RL step (``P``)."""
     group_size: int = 16
     """Games per secret (``G``), sharing the secret."""
-    rl_learning_rate: float = 3e-4
+    rl_learning_rate: float = 1e-4
     rl_eval_every: int = 10
     max_tokens: int = 6
     """Tokens per reply."""
@@ -293,7 +293,7 @@ async def _run(config: GuessNumberRecipe) -> RecipeResult:
     sft_adam = AdamConfig(
         learning_rate=config.sft_learning_rate,
         beta2=0.98,
-        schedule=LRSchedule("linear", warmup_steps=min(20, config.sft_steps // 10)),
+        schedule=LRSchedule("constant", warmup_steps=min(20, config.sft_steps // 10)),
     )
     data = ChatData(
         path=str(train_path),

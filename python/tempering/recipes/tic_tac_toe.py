@@ -184,9 +184,9 @@ class TicTacToeRecipe:
     """Seeds the games, the initialisation and the sampling."""
     sft_games: int = 2000
     """Random legal games whose positions are the SFT data (about 7.6 positions a game)."""
-    sft_steps: int = 300
+    sft_steps: int = 600
     sft_batch_size: int = 32
-    sft_learning_rate: float = 2e-3
+    sft_learning_rate: float = 1e-3
     rl_steps: int = 30
     rl_batch_size: int = 8
     """Self-play groups per RL step (``P``)."""
@@ -251,7 +251,7 @@ async def _run(config: TicTacToeRecipe) -> RecipeResult:
     sft_adam = AdamConfig(
         learning_rate=config.sft_learning_rate,
         beta2=0.98,
-        schedule=LRSchedule("linear", warmup_steps=min(20, config.sft_steps // 10)),
+        schedule=LRSchedule("constant", warmup_steps=min(20, config.sft_steps // 10)),
     )
     data = ChatData(path=str(train_path), test_path=None, batch_size=config.sft_batch_size, seed=config.seed)
     train_ds, _ = data(sft_model)()
