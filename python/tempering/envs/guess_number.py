@@ -136,7 +136,8 @@ def bisect_guess(messages: Sequence[Message], low: int, high: int, rng: random.R
 
 def random_consistent_guess(messages: Sequence[Message], low: int, high: int, rng: random.Random) -> int:
     """A uniformly random number of the feasible range: legal, never wasted, but slower than
-    bisection (about ``2 ln n`` guesses for ``n`` numbers)."""
+    bisection (``2 (1 + 1/n) H_n - 3`` guesses on average for ``n`` numbers, ``H_n`` the
+    harmonic number: 4.2 for ``n = 16``, against 3.4 for bisection)."""
     lo, hi = feasible_range(messages, low, high)
     return rng.randint(lo, hi) if lo <= hi else low
 
