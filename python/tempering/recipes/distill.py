@@ -80,8 +80,9 @@ __all__ = ["DistillProblems", "OnPolicyDistillRecipe", "ScaledExactMatch", "held
 class OnPolicyDistillRecipe:
     """On-policy distillation on arithmetic; ``await recipe()`` runs it (module docstring).
 
-    The defaults train a teacher (1,500 SFT steps), warm-start a fresh student on 64 problems
-    (60 steps) and distil for 40 steps; docs/recipes/distill.md has the measured figures.
+    The defaults train a teacher (1,500 SFT steps on the whole training split), warm-start a
+    fresh student on 1,000 problems (600 steps) and distil for 40 steps; docs/recipes/distill.md
+    has the measured figures.
 
     Example::
 
@@ -117,11 +118,11 @@ class OnPolicyDistillRecipe:
     teacher_steps: int = 1500
     teacher_batch_size: int = 32
     teacher_learning_rate: float = 1e-3
-    warmup_problems: int = 64
+    warmup_problems: int = 1000
     """Training problems the student's warm start sees (its only labelled data)."""
-    warmup_steps: int = 60
+    warmup_steps: int = 600
     """SFT steps of the student's warm start (0: none, distil from the fresh student)."""
-    warmup_batch_size: int = 16
+    warmup_batch_size: int = 32
     warmup_learning_rate: float = 1e-3
     distill_steps: int = 40
     batch_size: int = 16
@@ -174,7 +175,12 @@ def _non_negative(name: str, value: int) -> None:
 
 @attrs.frozen
 class ScaledExactMatch:
-    """``coef * exact_match(response, answer)``: a picklable grader (``coef`` 0: no reward)."""
+    """``coef * exact_match(response, answer)``: a picklable grader (``coef`` 0: no reward).
+
+    Example::
+
+        ScaledExactMatch(0.5)(" 68", "68")   # 0.5
+    """
 
     coef: float
 
@@ -310,15 +316,38 @@ async def _sampling_client(service: ServiceClient, what: str, path: str) -> Samp
 
 
 async def _run(config: OnPolicyDistillRecipe) -> RecipeResult:
+    t_start = time.monotonic()
+    out = Path(config.out).resolve() if config.out is not None else None
+    for flag, given in (("--teacher", config.teacher), ("--student-init-state", config.student_init_state)):
+        if (
+            out is not None
+            and given is not None
+            and "://" not in given
+            and Path(given).resolve().is_relative_to(out)
+        ):
+            raise ValueError(f"{flag} {given!r} is inside --out {config.out!r}, which the recipe replaces")
+    run_dir = prepare_run_dir("distill", config.out)
+    service = recipe_service(config.base_model)
+    try:
+        return await _stages(config, run_dir, service, t_start)
+    finally:
+        close = getattr(service, "close", None)  # the local engine's worker thread
+        if callable(close):
+            close()
+
+
+async def _stages(
+    config: OnPolicyDistillRecipe, run_dir: Path, service: ServiceClient, t_start: float
+) -> RecipeResult:
     from tempering.rl import RLConfig, train
     from tempering.sft import ChatData, SFTConfig, train_supervised
 
-    t_start = time.monotonic()
-    run_dir = prepare_run_dir("distill", config.out)
-    service = recipe_service(config.base_model)
     teacher_base = config.teacher_model if config.teacher_model is not None else config.base_model
-    if config.teacher is None and teacher_base != config.base_model:
-        recipe_service(teacher_base)  # the same refusal of the tiny model on the hosted service
+    if config.teacher is None and teacher_base == TINY_MODEL and uses_hosted_service():
+        raise ValueError(
+            f"TINKER_API_KEY is set (hosted service) but --teacher-model is {TINY_MODEL!r}, which only "
+            "the local engine has: pass --teacher-model with a model the service serves, or --teacher"
+        )
     rank = default_lora_rank(config.base_model, config.lora_rank)
     tokenizer = load_tokenizer(config.base_model)
     renderer = get_renderer(config.renderer_name, tokenizer)
@@ -510,7 +539,4 @@ async def _run(config: OnPolicyDistillRecipe) -> RecipeResult:
             "data": {"train": str(train_path), "test": str(test_path)},
         }
     )
-    close = getattr(service, "close", None)
-    if callable(close):
-        close()
     return finish(RecipeResult("distill", run_dir, figures, extra), config=config)
