@@ -63,10 +63,14 @@ from tempering.recipes.arithmetic import (
     split_problems,
     write_chat_jsonl,
 )
+from tempering.recipes.demo import DemoConfig
 
 __all__ = ["Mode", "TrajectorySFTRecipe"]
 
 Mode = Literal["rejection", "history"]
+
+_DEMO = DemoConfig()
+"""The demo's defaults: the self-run teacher is trained like ``tempering demo``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -103,16 +107,18 @@ class TrajectorySFTRecipe:
     """Seeds the held-out split (the demo's with the same value), the student and the sampling."""
     n_test: int = 200
     eval_samples: int = 4
-    steps: int = 400
-    """Student SFT steps."""
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    teacher_sft_steps: int = 1200
-    """Without ``--log-dir``: the teacher's SFT warm-start steps (the demo's default)."""
-    teacher_rl_steps: int = 40
-    teacher_rl_batch_size: int = 16
-    teacher_group_size: int = 16
-    teacher_learning_rate: float = 1e-4
+    steps: int = _DEMO.sft_steps
+    """Student SFT steps (default: the demo's SFT stage, as are the next three)."""
+    batch_size: int = _DEMO.sft_batch_size
+    learning_rate: float = _DEMO.sft_learning_rate
+    weight_decay: float = _DEMO.sft_weight_decay
+    teacher_sft_steps: int = _DEMO.sft_steps
+    """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
+    the demo (``tempering demo``'s defaults for these and every other setting)."""
+    teacher_rl_steps: int = _DEMO.rl_steps
+    teacher_rl_batch_size: int = _DEMO.rl_batch_size
+    teacher_group_size: int = _DEMO.group_size
+    teacher_learning_rate: float = _DEMO.rl_learning_rate
     progress: bool = True
 
     async def __call__(self) -> RecipeResult:
@@ -166,10 +172,11 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
             test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=config.seed
         )
 
-    def adam(learning_rate: float, steps: int) -> AdamConfig:
+    def adam(learning_rate: float, steps: int, weight_decay: float) -> AdamConfig:
         return AdamConfig(
             learning_rate=learning_rate,
             beta2=0.98,
+            weight_decay=weight_decay,
             schedule=LRSchedule("constant", warmup_steps=min(50, steps // 10)),
         )
 
@@ -193,9 +200,13 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
                 progress=config.progress,
             ),
             model=sft_model,
-            data=ChatData(path=str(train_path), test_path=None, batch_size=32, seed=config.seed),
-            adam=adam(1e-3, config.teacher_sft_steps),
-            num_epochs=max(1, math.ceil(config.teacher_sft_steps / max(1, len(train_problems) // 32))),
+            data=ChatData(
+                path=str(train_path), test_path=None, batch_size=_DEMO.sft_batch_size, seed=config.seed
+            ),
+            adam=adam(_DEMO.sft_learning_rate, config.teacher_sft_steps, _DEMO.sft_weight_decay),
+            num_epochs=max(
+                1, math.ceil(config.teacher_sft_steps / max(1, len(train_problems) // _DEMO.sft_batch_size))
+            ),
             max_steps=config.teacher_sft_steps,
         )
         print(f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {run_dir}")
@@ -223,10 +234,15 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
                 renderer_name=config.renderer_name,
             ),
             adam=AdamConfig(
-                learning_rate=config.teacher_learning_rate, beta2=0.98, schedule=LRSchedule("constant")
+                learning_rate=config.teacher_learning_rate,
+                beta2=0.98,
+                schedule=LRSchedule(_DEMO.rl_lr_schedule),
             ),
             num_steps=config.teacher_rl_steps,
             max_tokens=8,
+            loss_fn=_DEMO.rl_loss_fn,
+            num_substeps=_DEMO.rl_num_substeps,
+            normalize_advantages=_DEMO.normalize_advantages,
             log_trajectories=True,
         )
         print(f"tempering recipe trajectory-sft: teacher RL, {config.teacher_rl_steps} steps, logged")
@@ -285,7 +301,7 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
         config,
         run=student_run,
         model=student_model,
-        adam=adam(config.learning_rate, config.steps),
+        adam=adam(config.learning_rate, config.steps, config.weight_decay),
         train=train_ds,
         num_epochs=math.ceil(config.steps / len(train_ds)),
         max_steps=config.steps,

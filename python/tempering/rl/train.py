@@ -4,7 +4,8 @@ Shapes (docs/notation.md): ``P`` groups of a batch, ``G`` members of a group, ``
 ``N`` token positions of a minibatch, ``S`` optimizer substeps of a step.
 
 Every step ``s`` takes ``P`` scored groups, splits them into ``S = num_substeps`` minibatches and,
-for each, computes advantages on the Rust core (constant-reward groups dropped and counted),
+for each, computes advantages on the Rust core (constant-reward groups dropped and counted, except
+with a distillation teacher, whose per-token signal they still carry),
 packs datums, optionally adds a KL penalty against a reference policy and a distillation term
 from a teacher, and queues ``forward_backward`` + ``optim_step``. Where the groups come from is
 the schedule:
@@ -650,6 +651,7 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> RL
                 tokenizer=config.model.tokenizer(),
                 baseline=config.baseline,
                 normalize_std=config.normalize_advantages,
+                keep_constant=config.distill_teacher is not None,
             )
             run.trajectory_log.start(loop.start_step)  # the parts of the steps this process runs go
         if config.kl_penalty_coef > 0:

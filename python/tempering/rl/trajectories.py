@@ -202,13 +202,15 @@ def rollouts_to_table(
     *,
     baseline: Baseline = "mean",
     normalize_std: bool = False,
+    keep_constant: bool = False,
 ) -> pa.Table:
     """The rows of one training step: every transition of every member of every scored group.
 
     ``rollouts_P`` are the step's groups in the order the step used them (a failed group, with
     no trajectories, has no rows but keeps its place in the ``group`` numbering). Advantages are
     computed as training computes them (``baseline``, ``normalize_std``); a group whose members
-    all got the same reward is marked ``trained = False`` (training drops it). The loop over
+    all got the same reward is marked ``trained = False`` (training drops it), unless
+    ``keep_constant`` (a run with a distillation teacher trains every group). The loop over
     transitions is per turn, never per token: each column is built from numpy arrays (one
     concatenation plus offsets per list column).
 
@@ -250,7 +252,7 @@ def rollouts_to_table(
     seeds: list[int | None] = []
     for (p, rollout), group, adv_G, constant in zip(scored, groups, advantages_P, constant_P, strict=True):
         totals_G = group.get_total_rewards()
-        is_trained = not constant
+        is_trained = keep_constant or not constant
         group_tags = [str(t) for t in rollout.tags]
         for g, traj in enumerate(group.trajectories_G):
             episode_id = f"s{step}-p{p}-g{g}"
@@ -449,6 +451,8 @@ class TrajectoryLog:
     tokenizer: Tokenizer | None = None
     baseline: Baseline = "mean"
     normalize_std: bool = False
+    keep_constant: bool = False
+    """Every group is trained on (a run with a distillation teacher): none is marked untrained."""
 
     @property
     def rl_dir(self) -> Path:
@@ -480,7 +484,13 @@ class TrajectoryLog:
     def write_step(self, step: int, rollouts_P: Sequence[GroupRollout]) -> StepLog:
         """Write (or rewrite) step ``step``'s parts, atomically; thread-safe for distinct steps."""
         t0 = time.perf_counter()
-        table = rollouts_to_table(step, rollouts_P, baseline=self.baseline, normalize_std=self.normalize_std)
+        table = rollouts_to_table(
+            step,
+            rollouts_P,
+            baseline=self.baseline,
+            normalize_std=self.normalize_std,
+            keep_constant=self.keep_constant,
+        )
         self.rl_dir.mkdir(parents=True, exist_ok=True)
         path = self.part(step)
         _write_atomic(path, lambda f: pq.write_table(table, f))
