@@ -50,6 +50,7 @@ from tempering.recipes.arithmetic import (
 )
 from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
+from tempering.training.schedule import ScheduleKind
 from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
 
 __all__ = ["DemoConfig", "DemoSummary", "main"]
@@ -72,19 +73,21 @@ class DemoConfig:
     """Held-out problems (never trained on)."""
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy."""
-    sft_steps: int = 700
+    sft_steps: int = 600
     sft_batch_size: int = 64
     sft_learning_rate: float = 2e-3
     sft_eval_every: int = 100
     sft_weight_decay: float = 0.1
     """AdamW weight decay of the SFT stage: with it the tiny model learns the carry (the sudden
     rise of the accuracy curve) in about half the steps (docs/benchmarks.md#demo)."""
-    rl_steps: int = 60
+    rl_steps: int = 80
     rl_batch_size: int = 16
     """Problems per RL step (``P``)."""
     group_size: int = 16
     """Samples per problem (``G``); the advantage is the reward minus the group's mean."""
     rl_learning_rate: float = 2e-4
+    rl_lr_schedule: ScheduleKind = "linear"
+    """``constant``, ``linear`` (decay to 0 at the last step) or ``cosine``."""
     rl_loss_fn: LossName = "importance_sampling"
     rl_num_substeps: int = 1
     """Optimizer steps per RL batch (the batch is split into this many minibatches)."""
@@ -234,7 +237,9 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
             test_group_size=config.eval_samples,
         ),
         model=ModelConfig(base_model=_BASE_MODEL, init_state=sft.final.state_path),
-        adam=AdamConfig(learning_rate=config.rl_learning_rate, beta2=0.98, schedule=LRSchedule("constant")),
+        adam=AdamConfig(
+            learning_rate=config.rl_learning_rate, beta2=0.98, schedule=LRSchedule(config.rl_lr_schedule)
+        ),
         num_steps=config.rl_steps,
         max_tokens=8,
         temperature=1.0,
