@@ -12,8 +12,10 @@ The pipeline is made of the library's own pieces; nothing here is a training loo
 3. RL: :func:`tempering.rl.train` starting from the SFT run's final checkpoint
    (``ModelConfig.init_state``) on :class:`~tempering.recipes.arithmetic.ArithmeticProblems`
    (reward 1 for the exact answer), ``--rl-steps`` steps of ``rl_batch_size`` problems ×
-   ``group_size`` samples; run directory ``<out>/rl``.
-4. The final RL weights are evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both
+   ``group_size`` samples, advantages normalised per group, learning rate decayed linearly; run
+   directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories``.
+4. The RL weights of every periodic checkpoint (``--rl-eval-every``) and the final ones are
+   evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both
    stages, with ``stage`` and ``global_step``), ``curves.png``, ``report.html`` and
    ``summary.json`` (``sft_accuracy``, ``rl_accuracy``, ``wall_seconds``, …).
 
@@ -50,8 +52,8 @@ from tempering.recipes.arithmetic import (
 )
 from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
-from tempering.training.schedule import ScheduleKind
 from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
+from tempering.training.schedule import ScheduleKind
 
 __all__ = ["DemoConfig", "DemoSummary", "main"]
 
