@@ -26,14 +26,20 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from tempering._service import ServiceClient, service_client, uses_hosted_service
+from tempering_protocols import TrainOnWhat
+
+if TYPE_CHECKING:
+    from tempering.sft import TrainResult
+    from tempering.training import ModelConfig
+    from tempering_protocols import SamplingClientEvaluator
 
 __all__ = [
     "TINY_MODEL",
@@ -42,6 +48,7 @@ __all__ = [
     "finish",
     "prepare_run_dir",
     "recipe_service",
+    "sft_stage",
 ]
 
 TINY_MODEL = "tempering/tiny"
@@ -113,3 +120,78 @@ def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:
         payload["config"] = attrs.asdict(config)
     (result.run_dir / "summary.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return result
+
+
+async def sft_stage(
+    run_dir: Path,
+    *,
+    service: ServiceClient,
+    model: ModelConfig,
+    train_path: Path,
+    test_path: Path | None = None,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    weight_decay: float = 0.0,
+    max_warmup_steps: int = 50,
+    train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+    seed: int,
+    eval_every: int = 0,
+    sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
+    progress: bool,
+) -> TrainResult:
+    """The recipes' SFT stage: ``steps`` steps of :func:`tempering.sft.train_supervised` on the
+    chat file ``train_path``, logged to ``run_dir`` (overwritten, no periodic checkpoints).
+
+    Adam with ``beta2=0.98`` and a constant learning rate after a linear warmup of
+    ``min(max_warmup_steps, steps // 10)`` steps; the data is repeated as needed. With
+    ``test_path`` the held-out NLL is evaluated (``test/nll``), with ``sampling_evaluators``,
+    before the first step, every ``eval_every`` steps and after the last. The run's
+    ``config.json`` records the equivalent :class:`~tempering.sft.SFTConfig`.
+
+    Example::
+
+        sft = await sft_stage(run_dir / "sft", service=service, model=model, train_path=train_path,
+                              steps=600, batch_size=64, learning_rate=2e-3, seed=0, progress=True)
+        sft.final.state_path    # init_state of the next stage
+    """
+    from tempering.sft import ChatData, NLLEvaluator, SFTConfig, train_supervised
+    from tempering.training import AdamConfig, LRSchedule, RunConfig
+
+    run = RunConfig(
+        log_dir=str(run_dir), if_exists="overwrite", save_every=0, eval_every=eval_every, progress=progress
+    )
+    adam = AdamConfig(
+        learning_rate=learning_rate,
+        beta2=0.98,
+        weight_decay=weight_decay,
+        schedule=LRSchedule("constant", warmup_steps=min(max_warmup_steps, steps // 10)),
+    )
+    data = ChatData(
+        path=str(train_path),
+        test_path=None if test_path is None else str(test_path),
+        batch_size=batch_size,
+        train_on_what=train_on_what,
+        seed=seed,
+    )
+    train_ds, test_ds = data(model)()
+    config = SFTConfig(
+        run=run,
+        model=model,
+        data=data,
+        adam=adam,
+        num_epochs=max(1, -(-steps // max(1, len(train_ds)))),
+        max_steps=steps,
+    )
+    return await train_supervised(
+        config,
+        run=run,
+        model=model,
+        adam=adam,
+        train=train_ds,
+        num_epochs=config.num_epochs,
+        max_steps=steps,
+        training_evaluators=[NLLEvaluator(test_ds)] if test_ds is not None else [],
+        sampling_evaluators=sampling_evaluators,
+        service=service,
+    )

@@ -44,6 +44,7 @@ from typing import Any
 
 import attrs
 
+from tempering.recipes._common import sft_stage
 from tempering.recipes.arithmetic import (
     AccuracyEvaluator,
     ArithmeticProblems,
@@ -145,7 +146,6 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
     """Run the whole demo; see the module docstring."""
     from tempering.local import ServiceClient
     from tempering.rl import RLConfig, train
-    from tempering.sft import ChatData, NLLEvaluator, SFTConfig, train_supervised
 
     t_start = time.monotonic()
     out = Path(config.out) if config.out is not None else _default_out()
@@ -171,46 +171,24 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
 
     # 2. SFT (full fine-tuning from the randomly initialised tiny model)
     sft_model = ModelConfig(base_model=_BASE_MODEL, lora_rank=0, seed=config.seed)
-    sft_run = RunConfig(
-        log_dir=str(out / "sft"),
-        if_exists="overwrite",
-        save_every=0,
-        eval_every=config.sft_eval_every,
-        progress=config.progress,
-    )
-    sft_adam = AdamConfig(
-        learning_rate=config.sft_learning_rate,
-        beta2=0.98,
-        weight_decay=config.sft_weight_decay,
-        schedule=LRSchedule("constant", warmup_steps=min(50, config.sft_steps // 10)),
-    )
-    sft_config = SFTConfig(
-        run=sft_run,
-        model=sft_model,
-        data=ChatData(
-            path=str(train_path), test_path=str(test_path), batch_size=config.sft_batch_size, seed=config.seed
-        ),
-        adam=sft_adam,
-        num_epochs=max(1, -(-config.sft_steps // (len(train_problems) // config.sft_batch_size))),
-        max_steps=config.sft_steps,
-    )
-    train_ds, test_ds = sft_config.data(sft_model)()
-    assert test_ds is not None
     sft_eval = evaluator("sft")
     print(
         f"tempering demo: SFT, {config.sft_steps} steps of {config.sft_batch_size} problems -> {out / 'sft'}"
     )
-    sft = await train_supervised(
-        sft_config,
-        run=sft_run,
-        model=sft_model,
-        adam=sft_adam,
-        train=train_ds,
-        num_epochs=sft_config.num_epochs,
-        max_steps=config.sft_steps,
-        training_evaluators=[NLLEvaluator(test_ds)],
-        sampling_evaluators=[sft_eval],
+    sft = await sft_stage(
+        out / "sft",
         service=service,
+        model=sft_model,
+        train_path=train_path,
+        test_path=test_path,
+        steps=config.sft_steps,
+        batch_size=config.sft_batch_size,
+        learning_rate=config.sft_learning_rate,
+        weight_decay=config.sft_weight_decay,
+        seed=config.seed,
+        eval_every=config.sft_eval_every,
+        sampling_evaluators=[sft_eval],
+        progress=config.progress,
     )
     sft_records = [
         attrs.evolve(r, step=s)

@@ -67,6 +67,7 @@ from tempering.recipes._common import (
     finish,
     prepare_run_dir,
     recipe_service,
+    sft_stage,
 )
 from tempering.recipes.arithmetic import AccuracyEvaluator, split_problems, write_chat_jsonl
 from tempering.renderers import get_renderer
@@ -345,7 +346,6 @@ async def _stages(
     config: OnPolicyDistillRecipe, run_dir: Path, service: ServiceClient, t_start: float
 ) -> RecipeResult:
     from tempering.rl import RLConfig, train
-    from tempering.sft import ChatData, SFTConfig, train_supervised
 
     teacher_base = config.teacher_model if config.teacher_model is not None else config.base_model
     if config.teacher is None and teacher_base == TINY_MODEL and uses_hosted_service():
@@ -364,50 +364,21 @@ async def _stages(
     test_path = write_chat_jsonl(test_problems, run_dir / "data" / "test.jsonl")
 
     async def sft(
-        name: str,
-        model: ModelConfig,
-        data: Path,
-        steps: int,
-        batch_size: int,
-        lr: float,
-        n_rows: int,
-        weight_decay: float,
+        name: str, model: ModelConfig, data: Path, steps: int, batch_size: int, lr: float, weight_decay: float
     ) -> tuple[str, str]:
         """SFT run ``run_dir/name``; returns its final ``(state_path, sampler_path)``."""
-        run = RunConfig(
-            log_dir=str(run_dir / name),
-            if_exists="overwrite",
-            save_every=0,
-            eval_every=0,
-            progress=config.progress,
-        )
-        adam = AdamConfig(
-            learning_rate=lr,
-            beta2=0.98,
-            weight_decay=weight_decay,
-            schedule=LRSchedule("constant", warmup_steps=min(50, steps // 10)),
-        )
-        per_epoch = max(1, n_rows // batch_size)
-        epochs = max(1, -(-steps // per_epoch))
-        sft_config = SFTConfig(
-            run=run,
-            model=model,
-            data=ChatData(path=str(data), test_path=None, batch_size=batch_size, seed=config.seed),
-            adam=adam,
-            num_epochs=epochs,
-            max_steps=steps,
-        )
-        train_ds, _ = sft_config.data(model)()
         print(f"tempering recipe distill: {name}, {steps} SFT steps of {batch_size} -> {run_dir / name}")
-        result = await train_supervised(
-            sft_config,
-            run=run,
-            model=model,
-            adam=adam,
-            train=train_ds,
-            num_epochs=epochs,
-            max_steps=steps,
+        result = await sft_stage(
+            run_dir / name,
             service=service,
+            model=model,
+            train_path=data,
+            steps=steps,
+            batch_size=batch_size,
+            learning_rate=lr,
+            weight_decay=weight_decay,
+            seed=config.seed,
+            progress=config.progress,
         )
         assert result.final.sampler_path is not None  # the final checkpoint always has one
         return result.final.state_path, result.final.sampler_path
@@ -431,7 +402,6 @@ async def _stages(
             config.teacher_steps,
             config.teacher_batch_size,
             config.teacher_learning_rate,
-            len(train_problems),
             config.teacher_weight_decay,
         )
         extra["teacher_source"] = "trained"
@@ -469,7 +439,6 @@ async def _stages(
             config.warmup_steps,
             min(config.warmup_batch_size, len(warm)),
             config.warmup_learning_rate,
-            len(warm),
             config.warmup_weight_decay,
         )
         student_model = attrs.evolve(student_model, init_state=student_state)

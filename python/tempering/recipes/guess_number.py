@@ -61,6 +61,7 @@ from tempering.recipes._common import (
     finish,
     prepare_run_dir,
     recipe_service,
+    sft_stage,
 )
 from tempering.renderers import get_renderer
 from tempering_protocols import Message, SamplingClient, TrainOnWhat
@@ -235,7 +236,6 @@ class GuessNumberRecipe:
 
 async def _run(config: GuessNumberRecipe) -> RecipeResult:
     from tempering.rl import RLConfig, train
-    from tempering.sft import ChatData, NLLEvaluator, SFTConfig, train_supervised
     from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
 
     t_start = time.monotonic()
@@ -287,41 +287,20 @@ async def _run(config: GuessNumberRecipe) -> RecipeResult:
         seed=config.seed,
         renderer_name=config.renderer_name,
     )
-    sft_run = RunConfig(
-        log_dir=str(out / "sft"), if_exists="overwrite", save_every=0, eval_every=0, progress=config.progress
-    )
-    sft_adam = AdamConfig(
-        learning_rate=config.sft_learning_rate,
-        beta2=0.98,
-        schedule=LRSchedule("constant", warmup_steps=min(20, config.sft_steps // 10)),
-    )
-    data = ChatData(
-        path=str(train_path),
-        test_path=str(test_path),
+    print(f"tempering recipe guess-number: SFT, {config.sft_steps} steps -> {out / 'sft'}", flush=True)
+    sft = await sft_stage(
+        out / "sft",
+        service=service,
+        model=sft_model,
+        train_path=train_path,
+        test_path=test_path,
+        steps=config.sft_steps,
         batch_size=config.sft_batch_size,
+        learning_rate=config.sft_learning_rate,
+        max_warmup_steps=20,
         train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
         seed=config.seed,
-    )
-    train_ds, test_ds = data(sft_model)()
-    sft_config = SFTConfig(
-        run=sft_run,
-        model=sft_model,
-        data=data,
-        adam=sft_adam,
-        num_epochs=-(-config.sft_steps // max(1, len(train_ds))),
-        max_steps=config.sft_steps,
-    )
-    print(f"tempering recipe guess-number: SFT, {config.sft_steps} steps -> {out / 'sft'}", flush=True)
-    sft = await train_supervised(
-        sft_config,
-        run=sft_run,
-        model=sft_model,
-        adam=sft_adam,
-        train=train_ds,
-        num_epochs=sft_config.num_epochs,
-        max_steps=config.sft_steps,
-        training_evaluators=[NLLEvaluator(test_ds)] if test_ds is not None else [],
-        service=service,
+        progress=config.progress,
     )
     sft_sampler = await service.create_sampling_client(model_path=sft.final.sampler_path)
     before = await evaluate(sft_sampler)

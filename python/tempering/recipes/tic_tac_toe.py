@@ -56,6 +56,7 @@ from tempering.recipes._common import (
     finish,
     prepare_run_dir,
     recipe_service,
+    sft_stage,
 )
 from tempering.renderers import get_renderer
 from tempering_protocols import EnvGroupBuilder, Message, Renderer, RLDataset, SamplingClient
@@ -218,7 +219,6 @@ class TicTacToeRecipe:
 async def _run(config: TicTacToeRecipe) -> RecipeResult:
     from tempering.rl import RLConfig, train
     from tempering.rl.policy import TinkerTokenCompleter
-    from tempering.sft import ChatData, SFTConfig, train_supervised
     from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
 
     t_start = time.monotonic()
@@ -246,34 +246,18 @@ async def _run(config: TicTacToeRecipe) -> RecipeResult:
         seed=config.seed,
         renderer_name=config.renderer_name,
     )
-    sft_run = RunConfig(
-        log_dir=str(out / "sft"), if_exists="overwrite", save_every=0, eval_every=0, progress=config.progress
-    )
-    sft_adam = AdamConfig(
-        learning_rate=config.sft_learning_rate,
-        beta2=0.98,
-        schedule=LRSchedule("constant", warmup_steps=min(20, config.sft_steps // 10)),
-    )
-    data = ChatData(path=str(train_path), test_path=None, batch_size=config.sft_batch_size, seed=config.seed)
-    train_ds, _ = data(sft_model)()
-    sft_config = SFTConfig(
-        run=sft_run,
-        model=sft_model,
-        data=data,
-        adam=sft_adam,
-        num_epochs=-(-config.sft_steps // max(1, len(train_ds))),
-        max_steps=config.sft_steps,
-    )
     print(f"tempering recipe tic-tac-toe: SFT, {config.sft_steps} steps -> {out / 'sft'}", flush=True)
-    sft = await train_supervised(
-        sft_config,
-        run=sft_run,
-        model=sft_model,
-        adam=sft_adam,
-        train=train_ds,
-        num_epochs=sft_config.num_epochs,
-        max_steps=config.sft_steps,
+    sft = await sft_stage(
+        out / "sft",
         service=service,
+        model=sft_model,
+        train_path=train_path,
+        steps=config.sft_steps,
+        batch_size=config.sft_batch_size,
+        learning_rate=config.sft_learning_rate,
+        max_warmup_steps=20,
+        seed=config.seed,
+        progress=config.progress,
     )
     before = await evaluate(await service.create_sampling_client(model_path=sft.final.sampler_path))
     print(

@@ -56,6 +56,7 @@ from tempering.recipes._common import (
     finish,
     prepare_run_dir,
     recipe_service,
+    sft_stage,
 )
 from tempering.recipes.arithmetic import (
     AccuracyEvaluator,
@@ -154,7 +155,7 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
         supervised_dataset,
         trajectory_examples,
     )
-    from tempering.sft import ChatData, SFTConfig, train_supervised
+    from tempering.sft import train_supervised
     from tempering.training import AdamConfig, LRSchedule, ModelConfig, RunConfig, load_tokenizer
 
     t_start = time.monotonic()
@@ -192,25 +193,20 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
             seed=config.seed,
             renderer_name=config.renderer_name,
         )
-        sft_config = SFTConfig(
-            run=RunConfig(
-                log_dir=str(run_dir / "teacher-sft"),
-                if_exists="overwrite",
-                save_every=0,
-                progress=config.progress,
-            ),
-            model=sft_model,
-            data=ChatData(
-                path=str(train_path), test_path=None, batch_size=_DEMO.sft_batch_size, seed=config.seed
-            ),
-            adam=adam(_DEMO.sft_learning_rate, config.teacher_sft_steps, _DEMO.sft_weight_decay),
-            num_epochs=max(
-                1, math.ceil(config.teacher_sft_steps / max(1, len(train_problems) // _DEMO.sft_batch_size))
-            ),
-            max_steps=config.teacher_sft_steps,
-        )
         print(f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {run_dir}")
-        sft = await sft_config(service)
+        sft = await sft_stage(
+            run_dir / "teacher-sft",
+            service=service,
+            model=sft_model,
+            train_path=train_path,
+            steps=config.teacher_sft_steps,
+            batch_size=_DEMO.sft_batch_size,
+            learning_rate=_DEMO.sft_learning_rate,
+            weight_decay=_DEMO.sft_weight_decay,
+            seed=config.seed,
+            eval_every=10,  # RunConfig's default, as this stage always had (it has no evaluator)
+            progress=config.progress,
+        )
         rl_config = RLConfig(
             run=RunConfig(
                 log_dir=str(run_dir / "teacher-rl"),
