@@ -46,8 +46,10 @@ __all__ = [
     "RecipeResult",
     "default_lora_rank",
     "finish",
+    "fresh_model",
     "prepare_run_dir",
     "recipe_service",
+    "require_positive",
     "sft_stage",
 ]
 
@@ -110,6 +112,38 @@ def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
     if lora_rank is not None:
         return lora_rank
     return 0 if base_model == TINY_MODEL and not uses_hosted_service() else 32
+
+
+def fresh_model(base_model: str, lora_rank: int | None, *, seed: int, renderer_name: str) -> ModelConfig:
+    """The ``ModelConfig`` of a stage that starts from ``base_model`` itself, with the recipe's
+    LoRA rank resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
+
+    Example::
+
+        model = fresh_model(config.base_model, config.lora_rank, seed=0, renderer_name="chatml")
+    """
+    from tempering.training import ModelConfig
+
+    return ModelConfig(
+        base_model=base_model,
+        lora_rank=default_lora_rank(base_model, lora_rank),
+        seed=seed,
+        renderer_name=renderer_name,
+    )
+
+
+def require_positive(owner: str, **values: float) -> None:
+    """Raise ``ValueError`` naming the field and its flag when a value is not positive.
+
+    Example::
+
+        require_positive("ChatSFTRecipe", steps=0)
+        # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
+    """
+    for name, value in values.items():
+        if not value > 0:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{owner}.{name} ({flag}) must be > 0, got {value}")
 
 
 def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:

@@ -47,10 +47,11 @@ from tempering.envs.problem import exact_match
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    default_lora_rank,
     finish,
+    fresh_model,
     prepare_run_dir,
     recipe_service,
+    require_positive,
 )
 from tempering.renderers import get_renderer
 from tempering.sft import (
@@ -75,7 +76,6 @@ __all__ = [
     "format_replies",
     "held_out_replies",
     "replies_json",
-    "require_positive",
     "train_chat_sft",
 ]
 
@@ -101,20 +101,6 @@ def default_learning_rate(
             raise ValueError(f"a learning rate must be a positive number, got {learning_rate}")
         return learning_rate
     return tiny if base_model == TINY_MODEL and not uses_hosted_service() else lora
-
-
-def require_positive(owner: str, **values: float) -> None:
-    """Raise ``ValueError`` naming the field and its flag when a value is not positive.
-
-    Example::
-
-        require_positive("ChatSFTRecipe", steps=0)
-        # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
-    """
-    for name, value in values.items():
-        if not value > 0:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{owner}.{name} ({flag}) must be > 0, got {value}")
 
 
 @attrs.frozen
@@ -373,12 +359,7 @@ class ChatSFTRecipe:
         t_start = time.monotonic()
         service = recipe_service(self.base_model)  # refuses the tiny model on the hosted service
         run_dir = prepare_run_dir("chat-sft", self.out)
-        model = ModelConfig(
-            base_model=self.base_model,
-            lora_rank=default_lora_rank(self.base_model, self.lora_rank),
-            seed=self.seed,
-            renderer_name=self.renderer_name,
-        )
+        model = fresh_model(self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name)
         data = ChatData(
             path=self.train_path, test_path=self.test_path, batch_size=self.batch_size, seed=self.seed
         )

@@ -56,17 +56,17 @@ from tempering.preference import ComparisonData, DPOConfig, pair_datums, referen
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    default_lora_rank,
     finish,
+    fresh_model,
     prepare_run_dir,
     recipe_service,
+    require_positive,
 )
 from tempering.recipes.chat_sft import (
     ReplyEvaluator,
     default_learning_rate,
     format_replies,
     replies_json,
-    require_positive,
     train_chat_sft,
 )
 from tempering.renderers import get_renderer
@@ -205,11 +205,8 @@ class DPORecipe:
         # 1. the SFT start
         start = self.init_state
         if start is None:
-            sft_model = ModelConfig(
-                base_model=self.base_model,
-                lora_rank=default_lora_rank(self.base_model, self.lora_rank),
-                seed=self.seed,
-                renderer_name=self.renderer_name,
+            sft_model = fresh_model(
+                self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name
             )
             print(f"tempering recipe dpo: SFT, {self.sft_steps} steps -> {run_dir / 'sft'}")
             sft = await train_chat_sft(

@@ -57,8 +57,8 @@ from tempering.envs.guess_number import (
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    default_lora_rank,
     finish,
+    fresh_model,
     prepare_run_dir,
     recipe_service,
     sft_stage,
@@ -281,11 +281,8 @@ async def _run(config: GuessNumberRecipe) -> RecipeResult:
     test_path = transcripts("test.jsonl", eval_secrets, 64, config.seed + 1)
 
     # 2. SFT warm start
-    sft_model = ModelConfig(
-        base_model=config.base_model,
-        lora_rank=default_lora_rank(config.base_model, config.lora_rank),
-        seed=config.seed,
-        renderer_name=config.renderer_name,
+    sft_model = fresh_model(
+        config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
     )
     print(f"tempering recipe guess-number: SFT, {config.sft_steps} steps -> {out / 'sft'}", flush=True)
     sft = await sft_stage(

@@ -61,17 +61,17 @@ from tempering.preference import ComparisonData, PreferenceModel, RewardModelCon
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    default_lora_rank,
     finish,
+    fresh_model,
     prepare_run_dir,
     recipe_service,
+    require_positive,
 )
 from tempering.recipes.chat_sft import (
     ReplyEvaluator,
     default_learning_rate,
     format_replies,
     replies_json,
-    require_positive,
     train_chat_sft,
 )
 from tempering.recipes.dpo import chosen_answers
@@ -367,7 +367,6 @@ class RLHFRecipe:
         t_start = time.monotonic()
         service = recipe_service(self.base_model)  # refuses the tiny model on the hosted service
         run_dir = prepare_run_dir("rlhf", self.out)
-        lora_rank = default_lora_rank(self.base_model, self.lora_rank)
         renderer = get_renderer(self.renderer_name, ModelConfig(base_model=self.base_model).tokenizer())
         stages: dict[str, str] = {}
         extra: dict[str, Any] = {}
@@ -380,11 +379,8 @@ class RLHFRecipe:
             sft = await train_chat_sft(
                 run_dir / "sft",
                 service=service,
-                model=ModelConfig(
-                    base_model=self.base_model,
-                    lora_rank=lora_rank,
-                    seed=self.seed,
-                    renderer_name=self.renderer_name,
+                model=fresh_model(
+                    self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name
                 ),
                 data=ChatData(
                     path=self.sft_path,
@@ -426,11 +422,8 @@ class RLHFRecipe:
         rm_model = (
             policy
             if self.rm_from_sft
-            else ModelConfig(
-                base_model=self.base_model,
-                lora_rank=lora_rank,
-                seed=self.seed,
-                renderer_name=self.renderer_name,
+            else fresh_model(
+                self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name
             )
         )
         rm_config = RewardModelConfig(

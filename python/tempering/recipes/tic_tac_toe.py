@@ -52,8 +52,8 @@ from tempering.envs.tic_tac_toe import (
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    default_lora_rank,
     finish,
+    fresh_model,
     prepare_run_dir,
     recipe_service,
     sft_stage,
@@ -240,11 +240,8 @@ async def _run(config: TicTacToeRecipe) -> RecipeResult:
     train_path = write_random_games(out / "data" / "train.jsonl", config.sft_games, config.seed)
 
     # 2. SFT warm start
-    sft_model = ModelConfig(
-        base_model=config.base_model,
-        lora_rank=default_lora_rank(config.base_model, config.lora_rank),
-        seed=config.seed,
-        renderer_name=config.renderer_name,
+    sft_model = fresh_model(
+        config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
     )
     print(f"tempering recipe tic-tac-toe: SFT, {config.sft_steps} steps -> {out / 'sft'}", flush=True)
     sft = await sft_stage(

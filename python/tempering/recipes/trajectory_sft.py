@@ -52,8 +52,8 @@ from tempering._service import ServiceClient
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    default_lora_rank,
     finish,
+    fresh_model,
     prepare_run_dir,
     recipe_service,
     sft_stage,
@@ -166,7 +166,6 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
     tokenizer = load_tokenizer(config.base_model)
     renderer = get_renderer(config.renderer_name, tokenizer)
     train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
-    lora_rank = default_lora_rank(config.base_model, config.lora_rank)
 
     def evaluator(stage: str) -> AccuracyEvaluator:
         return AccuracyEvaluator(
@@ -187,11 +186,8 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
     # 1. the teacher's trajectory log
     if config.log_dir is None:
         train_path = write_chat_jsonl(train_problems, run_dir / "data" / "train.jsonl")
-        sft_model = ModelConfig(
-            base_model=config.base_model,
-            lora_rank=lora_rank,
-            seed=config.seed,
-            renderer_name=config.renderer_name,
+        sft_model = fresh_model(
+            config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
         )
         print(f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {run_dir}")
         sft = await sft_stage(
@@ -276,11 +272,8 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
     train_ds = supervised_dataset(examples, batch_size=config.batch_size, seed=config.seed)
 
     # 4. the student: a fresh model, SFT on the examples
-    student_model = ModelConfig(
-        base_model=config.base_model,
-        lora_rank=lora_rank,
-        seed=config.seed,
-        renderer_name=config.renderer_name,
+    student_model = fresh_model(
+        config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
     )
     print(
         f"tempering recipe trajectory-sft: student SFT on {len(examples)} examples "
