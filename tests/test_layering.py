@@ -22,7 +22,14 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     (
         "envs and trainers",
         frozenset(
-            {"tempering.envs", "tempering.rl", "tempering.sft", "tempering.preference", "tempering.training"}
+            {
+                "tempering.envs",
+                "tempering.evals",
+                "tempering.rl",
+                "tempering.sft",
+                "tempering.preference",
+                "tempering.training",
+            }
         ),
     ),
     ("backend", frozenset({"tempering", "tempering.backend", "tempering.local", "tempering.serve"})),
