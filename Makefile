@@ -22,7 +22,7 @@ help:
 	@echo "make demo   - run the main job on the local engine (installs what is missing)"
 	@echo "make test   - cargo test, pytest, pyright strict, ruff, clippy, stubtest"
 	@echo "make bench  - benchmarks (pytest-benchmark)"
-	@echo "make wheels - build wheels for tempering and tempering-protocols into target/wheels"
+	@echo "make wheels - build manylinux2014 wheels for tempering and tempering-protocols into target/wheels"
 	@echo "make check-wheels - install those wheels into a fresh virtualenv and import them"
 
 $(PY):
@@ -82,17 +82,23 @@ bench: build
 demo: build
 	$(PY) -m tempering.cli demo
 
+# manylinux2014 (glibc 2.17) wheels, so they install on older distributions too: zig (the
+# `ziglang` package from PyPI) links against glibc 2.17's symbols instead of this machine's.
 wheels: $(STAMP)
-	$(BIN)/maturin build --release --out target/wheels
+	$(PY) -m pip install -q "ziglang>=0.13"
+	rm -rf target/wheels
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/maturin build --release --compatibility manylinux2014 --zig --out target/wheels
 	$(PY) -m pip wheel -q --no-deps ./protocols -w target/wheels
 
-# Install the built wheels into a fresh virtualenv (dependencies from the registry) and import.
+# Install the built wheels into a fresh virtualenv (dependencies from the registry, no extras),
+# import them, and run the README's Python examples against them.
 check-wheels: wheels
 	rm -rf target/wheel-venv && $(PYTHON) -m venv target/wheel-venv
 	target/wheel-venv/bin/python -m pip install -q target/wheels/tempering_protocols-*.whl target/wheels/tempering-*.whl
 	cd target && wheel-venv/bin/python -c 'import tempering, tempering_protocols, tempering._core, numpy; \
 	  assert not hasattr(tempering._core, "_panic_for_test") and not hasattr(tempering._core, "_alloc_stats"), "test hooks in the wheel"; \
 	  print("wheels ok:", tempering.__version__, tempering._core.group_advantages(numpy.array([1.0, 0.0]), numpy.array([0, 2])))'
+	cd target && wheel-venv/bin/python ../tests/readme_examples.py ../README.md
 
 fmt: $(STAMP)
 	$(BIN)/ruff format python protocols tests
