@@ -107,6 +107,7 @@ def _check_range(low: int, high: int, max_turns: int, where: str) -> None:
         raise ValueError(f"{where}: max_turns must be >= 1, got {max_turns}")
 
 
+@attrs.define(eq=False)
 class GuessNumberGame:
     """One game as a message-level env (:class:`~tempering.envs.MessageEnv`). Single-use.
 
@@ -117,30 +118,23 @@ class GuessNumberGame:
         (await game.step({"role": "assistant", "content": "8"})).next_messages[-1]   # user: lower
     """
 
-    def __init__(
-        self,
-        secret: int,
-        *,
-        low: int = 0,
-        high: int = 15,
-        max_turns: int = 5,
-        turn_cost: float = 0.1,
-        invalid_reward: float = -1.0,
-    ) -> None:
-        _check_range(low, high, max_turns, "GuessNumberGame")
-        if not low <= secret <= high:
-            raise ValueError(f"GuessNumberGame: secret {secret} is outside {low}..{high}")
-        self.secret = secret
-        self.low = low
-        self.high = high
-        self.max_turns = max_turns
-        self.turn_cost = turn_cost
-        self.invalid_reward = invalid_reward
-        self.history: list[Message] = [{"role": "user", "content": guess_number_prompt(low, high)}]
-        self.turns = 0
-        self.found = False
-        self.invalid = False
-        self.done = False
+    secret: int
+    low: int = attrs.field(default=0, kw_only=True)
+    high: int = attrs.field(default=15, kw_only=True)
+    max_turns: int = attrs.field(default=5, kw_only=True)
+    turn_cost: float = attrs.field(default=0.1, kw_only=True)
+    invalid_reward: float = attrs.field(default=-1.0, kw_only=True)
+    history: list[Message] = attrs.field(init=False)
+    turns: int = attrs.field(init=False, default=0)
+    found: bool = attrs.field(init=False, default=False)
+    invalid: bool = attrs.field(init=False, default=False)
+    done: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        _check_range(self.low, self.high, self.max_turns, "GuessNumberGame")
+        if not self.low <= self.secret <= self.high:
+            raise ValueError(f"GuessNumberGame: secret {self.secret} is outside {self.low}..{self.high}")
+        self.history = [{"role": "user", "content": guess_number_prompt(self.low, self.high)}]
 
     def _end(self, reward: float, metrics: Metrics) -> MessageStepResult:
         self.done = True
