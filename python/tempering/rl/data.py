@@ -57,7 +57,7 @@ from tinker.types import LossFnType, ModelInputChunk
 from typing_extensions import TypedDict
 
 from tempering import _core
-from tempering.data.datums import build_datums, datum_model_input
+from tempering.data.datums import datum_model_input, packed_datums
 from tempering.rl.kl import incorporate_kl_penalty, reference_logprobs
 from tempering_protocols import FloatArray, TrajectoryGroup
 
@@ -254,34 +254,18 @@ class RaggedBatch:
 
     def model_input(self, d: int, /) -> tinker.ModelInput:
         """The model input of datum ``d`` (token chunks and the opaque chunks, in place)."""
-        return datum_model_input(
-            self.tokens_N,
-            self.offsets_D1,
-            self.opaque_offsets_D1,
-            self.opaque_pos_C,
-            self.opaque_len_C,
-            self.opaque_chunks_C,
-            d,
-        )
+        return datum_model_input(self, d)
 
     def to_datums(self) -> list[tinker.Datum]:
         """``tinker.Datum`` objects with ``target_tokens``, ``logprobs``, ``advantages`` and
         ``mask``, each a ``TensorData`` over a view of this batch's buffers (no copies)."""
-        return build_datums(
-            self.tokens_N,
-            self.offsets_D1,
-            {
-                "target_tokens": self.target_tokens_N,
-                "logprobs": self.logprobs_N,
-                "advantages": self.advantages_N,
-                "mask": self.mask_N,
-            },
-            self.opaque_offsets_D1,
-            self.opaque_pos_C,
-            self.opaque_len_C,
-            self.opaque_chunks_C,
-            self.token_runs_D,
-        )
+        inputs = {
+            "target_tokens": self.target_tokens_N,
+            "logprobs": self.logprobs_N,
+            "advantages": self.advantages_N,
+            "mask": self.mask_N,
+        }
+        return packed_datums(self, inputs, self.token_runs_D)
 
     def with_advantages(self, advantages_N: Float32Array, /) -> RaggedBatch:
         """The same batch with other advantages (this one is not modified)."""
