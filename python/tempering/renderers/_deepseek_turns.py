@@ -11,6 +11,7 @@ from typing import cast
 import attrs
 
 from tempering.renderers._base import Piece
+from tempering.renderers._messages import read_tool_call
 from tempering.renderers._text import assistant_message
 from tempering_protocols import Message, ToolCall
 
@@ -83,28 +84,6 @@ class Turn:
         )
 
 
-def read_call(raw: object, where: str) -> ToolCall:
-    """A tool call in either format: ``{"name", "arguments", "id"?}`` or the OpenAI-style nesting."""
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"{where}: a tool call is a {type(raw).__name__}, not a mapping")
-    call = cast("Mapping[str, object]", raw)
-    body = call.get("function", call)
-    if not isinstance(body, Mapping):
-        raise TypeError(f"{where}: a tool call's 'function' is a {type(body).__name__}, not a mapping")
-    fields = cast("Mapping[str, object]", body)
-    name, arguments, call_id = fields.get("name"), fields.get("arguments"), call.get("id")
-    if not isinstance(name, str) or not isinstance(arguments, str):
-        raise TypeError(
-            f"{where}: a tool call needs a str name and str (JSON) arguments, got {dict(call)!r:.120}"
-        )
-    out = ToolCall(name=name, arguments=arguments)
-    if call_id is not None:
-        if not isinstance(call_id, str):
-            raise TypeError(f"{where}: a tool call id is a str, got {call_id!r}")
-        out["id"] = call_id
-    return out
-
-
 def read_turn(message: Message, index: int) -> Turn:
     """Read one message (its content was checked by the base: a str or text/thinking parts)."""
     role = message["role"]
@@ -131,7 +110,7 @@ def read_turn(message: Message, index: int) -> Turn:
     if raw_calls is not None:
         if not isinstance(raw_calls, list):
             raise TypeError(f"{where} has tool_calls of type {type(raw_calls).__name__}, not a list")
-        calls = tuple(read_call(c, where) for c in cast("list[object]", raw_calls))
+        calls = tuple(read_tool_call(c, where) for c in cast("list[object]", raw_calls))
         if calls and role != "assistant":
             raise ValueError(f"{where} has tool_calls; only assistant messages call tools")
     call_id = cast("object", message.get("tool_call_id"))

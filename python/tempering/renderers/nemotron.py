@@ -48,6 +48,7 @@ from tempering.renderers._nemotron_format import (
     read_turn,
     tool_declaration,
 )
+from tempering.renderers.llama3 import parse_at_stop_token
 from tempering_protocols import Message, StopCondition, Tokenizer, TrainOnWhat
 
 __all__ = [
@@ -291,16 +292,10 @@ class Nemotron3Renderer(BaseRenderer):
         prefix = list(self._think_prefix)
         if ids[: len(prefix)] != prefix and self._think_close in ids:
             ids = prefix + ids
-        stops = ids.count(self._im_end)
-        if stops == 0:
-            return Message(role="assistant", content=self.decode(ids)), ParseTermination.MALFORMED
-        if stops > 1:
-            raise ValueError(
-                f"the response has {stops} <|im_end|> tokens; sampling should stop at the first "
-                "(use the renderer's get_stop_sequences())"
-            )
-        text = self.decode(ids[: ids.index(self._im_end)])
-        return parse_body(text, strip_one_newline=not self.ultra_format), ParseTermination.STOP_SEQUENCE
+        text, termination = parse_at_stop_token(self, ids, self._im_end, "<|im_end|>")
+        if not termination.is_clean:
+            return Message(role="assistant", content=text), termination
+        return parse_body(text, strip_one_newline=not self.ultra_format), termination
 
 
 class Nemotron3DisableThinkingRenderer(Nemotron3Renderer):
