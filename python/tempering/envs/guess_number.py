@@ -46,7 +46,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from tempering.backend import load_tokenizer
+from tempering.backend import load_renderer
 from tempering.envs.guess_number_play import (
     INTEGER,
     GuessNumberStats,
@@ -57,8 +57,6 @@ from tempering.envs.guess_number_play import (
     random_consistent_guess,
 )
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
 from tempering_protocols import (
     Action,
     Env,
@@ -388,9 +386,7 @@ class GuessNumberTask:
         return split_secrets(self.low, self.high, self.n_test_secrets, self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.secrets()
 
         def make(
