@@ -56,16 +56,14 @@ from tempering.envs.guess_number_play import (
     guess_number_stats,
     random_consistent_guess,
 )
-from tempering.envs.message import MessageEnvAdapter, MessageStepResult
+from tempering.envs.message import GameEnvAdapter, MessageStepResult
 from tempering_protocols import (
-    Action,
     Env,
     EnvGroupBuilder,
     Message,
     Metrics,
     Renderer,
     RLDataset,
-    StepResult,
 )
 
 __all__ = [
@@ -203,7 +201,7 @@ def play_scripted(game: GuessNumberGame, policy: GuessPolicy, rng: random.Random
         messages = list(result.next_messages)
 
 
-class GuessNumberEnv(MessageEnvAdapter):
+class GuessNumberEnv(GameEnvAdapter[GuessNumberGame]):
     """A :class:`GuessNumberGame` through a renderer (token level). A reply that does not parse
     ends the episode with ``invalid_reward`` and the same final metrics as an invalid guess.
 
@@ -214,15 +212,7 @@ class GuessNumberEnv(MessageEnvAdapter):
     """
 
     def __init__(self, game: GuessNumberGame, renderer: Renderer) -> None:
-        super().__init__(game, renderer, on_parse_error="penalty", penalty=game.invalid_reward)
-        self.game = game
-
-    async def step(self, action: Action, /) -> StepResult:
-        result = await super().step(action)
-        if result.metrics.get("message/parse_error", 0) and not self.game.done:
-            ended = self.game.unparsed_reply(result.reward)
-            return attrs.evolve(result, metrics={**result.metrics, **ended.metrics})
-        return result
+        super().__init__(game, renderer, penalty=game.invalid_reward)
 
 
 @attrs.frozen
@@ -253,21 +243,19 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
         if self.group_size < 1:
             raise ValueError(f"GuessNumberGroupBuilder: group_size must be >= 1, got {self.group_size}")
 
+    def game(self) -> GuessNumberGame:
+        """A fresh game with this group's secret and rules."""
+        return GuessNumberGame(
+            self.secret,
+            low=self.low,
+            high=self.high,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            invalid_reward=self.invalid_reward,
+        )
+
     async def make_envs(self) -> Sequence[Env]:
-        return [
-            GuessNumberEnv(
-                GuessNumberGame(
-                    self.secret,
-                    low=self.low,
-                    high=self.high,
-                    max_turns=self.max_turns,
-                    turn_cost=self.turn_cost,
-                    invalid_reward=self.invalid_reward,
-                ),
-                self.renderer,
-            )
-            for _ in range(self.group_size)
-        ]
+        return [GuessNumberEnv(self.game(), self.renderer) for _ in range(self.group_size)]
 
     def logging_tags(self) -> list[str]:
         return [self.tag]
