@@ -35,6 +35,13 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
+from tempering.renderers._deepseek_parse import (
+    dangling_block,
+    parsed_message,
+    text_before_eos,
+    tool_field,
+    unparsed_entry,
+)
 from tempering.renderers._deepseek_turns import (
     ASSISTANT,
     BOS,
@@ -52,12 +59,7 @@ from tempering.renderers._deepseek_turns import (
     USER,
     PieceRun,
     Turn,
-    dangling_block,
-    parsed_message,
     read_turns,
-    text_before_eos,
-    tool_field,
-    unparsed_entry,
 )
 from tempering.renderers.deepseek_v4 import (
     DeepSeekV41DisableThinkingRenderer,

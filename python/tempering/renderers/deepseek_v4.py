@@ -14,6 +14,12 @@ import attrs
 
 from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
 from tempering.renderers._base import message_weights as base_message_weights
+from tempering.renderers._deepseek_parse import (
+    dangling_block,
+    parsed_message,
+    text_before_eos,
+    unparsed_entry,
+)
 from tempering.renderers._deepseek_turns import (
     ASSISTANT,
     BOS,
@@ -25,11 +31,7 @@ from tempering.renderers._deepseek_turns import (
     USER,
     PieceRun,
     Turn,
-    dangling_block,
-    parsed_message,
     read_turns,
-    text_before_eos,
-    unparsed_entry,
 )
 from tempering_protocols import Message, StopCondition, Tokenizer, ToolCall, TrainOnWhat
 

@@ -25,15 +25,9 @@ from typing import ClassVar, cast
 
 import attrs
 
-from tempering.renderers._base import (
-    BaseRenderer,
-    MessageParts,
-    ParseTermination,
-    Piece,
-    Rendering,
-    last_user_index,
-)
+from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
 from tempering.renderers._base import message_weights as weights_by_mode
+from tempering.renderers._conversation import last_user_index
 from tempering.renderers._nemotron_format import (
     CONTROL_TOKENS,
     EMPTY_SYSTEM_MESSAGE,

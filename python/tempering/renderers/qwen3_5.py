@@ -27,15 +27,8 @@ from typing import ClassVar
 
 import attrs
 
-from tempering.renderers._base import (
-    BaseRenderer,
-    MessageParts,
-    ParseTermination,
-    Piece,
-    Rendering,
-    last_user_index,
-    message_weights,
-)
+from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
+from tempering.renderers._conversation import last_user_index, message_weights
 from tempering.renderers._qwen3_5_messages import (
     EMPTY_THINK,
     OPEN_THINK,
