@@ -1,5 +1,6 @@
 """The backend layer's front: which service trains (hosted Tinker or the local engine), the
-model a run trains (:class:`ModelConfig`) and its tokenizer (:func:`load_tokenizer`).
+model a run trains (:class:`ModelConfig`), its tokenizer (:func:`load_tokenizer`) and its
+renderer (:func:`load_renderer`).
 
 Every trainer and recipe gets its client from ``tempering.service_client()``. With
 ``TINKER_API_KEY`` set it is the official ``tinker.ServiceClient()``; otherwise
@@ -16,9 +17,16 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from tempering.model_info import resolve_renderer_name
-from tempering_protocols import Future, SamplingClient, Tokenizer, TrainingClient
+from tempering_protocols import Future, Renderer, SamplingClient, Tokenizer, TrainingClient
 
-__all__ = ["ModelConfig", "ServiceClient", "load_tokenizer", "service_client", "uses_hosted_service"]
+__all__ = [
+    "ModelConfig",
+    "ServiceClient",
+    "load_renderer",
+    "load_tokenizer",
+    "service_client",
+    "uses_hosted_service",
+]
 
 
 class ServiceClient(Protocol):
@@ -86,6 +94,19 @@ def load_tokenizer(base_model: str) -> Tokenizer:
 
     tokenizer: Tokenizer = AutoTokenizer.from_pretrained(base_model)
     return tokenizer
+
+
+def load_renderer(base_model: str, renderer_name: str | None = None) -> Renderer:
+    """The renderer of ``base_model``'s chat format: ``renderer_name``, or the one
+    ``tempering.model_info`` recommends, over the model's tokenizer (:func:`load_tokenizer`).
+
+    Example::
+
+        renderer = load_renderer("tempering/tiny")   # chatml, the tiny model's tokenizer
+    """
+    from tempering.renderers import get_renderer
+
+    return get_renderer(resolve_renderer_name(base_model, renderer_name), load_tokenizer(base_model))
 
 
 @attrs.frozen(kw_only=True)

@@ -34,6 +34,7 @@ __all__ = [
     "SupervisedChatDataset",
     "ToDatums",
     "load_chat",
+    "load_rows",
     "stream_chat",
 ]
 
@@ -64,6 +65,26 @@ class Loaded(Generic[_T]):
         return len(self.items)
 
 
+def load_rows(
+    path: str | os.PathLike[str],
+    parse: Callable[[object], _T],
+    *,
+    format: Format | None = None,
+    skip_bad_rows: bool = False,
+) -> Loaded[_T]:
+    """Every row of a file parsed by ``parse``, in memory (bad rows as in ``parse_rows``, then
+    logged once)."""
+    bad = BadRows()
+    rows = list(parse_rows(path, parse, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad))
+    bad.report(os.fspath(path))
+    return Loaded(
+        path=os.fspath(path),
+        items=tuple(c for _, c in rows),
+        origins=tuple(o for o, _ in rows),
+        bad_rows=bad,
+    )
+
+
 def load_chat(
     path: str | os.PathLike[str], *, format: Format | None = None, skip_bad_rows: bool = False
 ) -> Loaded[Conversation]:
@@ -77,15 +98,7 @@ def load_chat(
         data = load_chat(tempering.assets.path("arithmetic_chat.jsonl"))
         len(data)  # 400
     """
-    bad = BadRows()
-    rows = list(parse_rows(path, parse_chat_row, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad))
-    bad.report(os.fspath(path))
-    return Loaded(
-        path=os.fspath(path),
-        items=tuple(c for _, c in rows),
-        origins=tuple(o for o, _ in rows),
-        bad_rows=bad,
-    )
+    return load_rows(path, parse_chat_row, format=format, skip_bad_rows=skip_bad_rows)
 
 
 def stream_chat(

@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import attrs
 import numpy as np
@@ -40,6 +41,7 @@ from tempering_protocols import FloatArray, Message, Renderer, SupervisedExample
 
 __all__ = [
     "DataError",
+    "PackedDatums",
     "SupervisedBatch",
     "build_datums",
     "conversations_to_datums",
@@ -49,6 +51,7 @@ __all__ = [
     "examples_to_batch",
     "examples_to_datums",
     "model_input_from_columns",
+    "packed_datums",
 ]
 
 DataError = _core.DataError
@@ -154,21 +157,52 @@ def build_datums(
     return data_D
 
 
-def datum_model_input(
-    tokens_N: Int64Array,
-    offsets_D1: Int64Array,
-    opaque_offsets_D1: Int64Array,
-    opaque_pos_C: Int64Array,
-    opaque_len_C: Int64Array,
-    opaque_chunks_C: Sequence[ModelInputChunk],
-    d: int,
-) -> tinker.ModelInput:
+class PackedDatums(Protocol):
+    """Where the datums of a columnar batch lie in its flat buffers (:class:`SupervisedBatch`,
+    ``tempering.rl.data.RaggedBatch``)."""
+
+    @property
+    def tokens_N(self) -> Int64Array: ...
+    @property
+    def offsets_D1(self) -> Int64Array: ...
+    @property
+    def opaque_offsets_D1(self) -> Int64Array: ...
+    @property
+    def opaque_pos_C(self) -> Int64Array: ...
+    @property
+    def opaque_len_C(self) -> Int64Array: ...
+    @property
+    def opaque_chunks_C(self) -> Sequence[ModelInputChunk]: ...
+
+
+def datum_model_input(batch: PackedDatums, d: int) -> tinker.ModelInput:
     """The model input of datum ``d`` of a columnar batch (shared by the supervised and RL
     batches): its token slice with its opaque chunks put back in place."""
-    a, b = int(offsets_D1[d]), int(offsets_D1[d + 1])
-    ka, kb = int(opaque_offsets_D1[d]), int(opaque_offsets_D1[d + 1])
+    a, b = int(batch.offsets_D1[d]), int(batch.offsets_D1[d + 1])
+    ka, kb = int(batch.opaque_offsets_D1[d]), int(batch.opaque_offsets_D1[d + 1])
     return model_input_from_columns(
-        tokens_N[a:b], opaque_pos_C[ka:kb].tolist(), opaque_len_C[ka:kb].tolist(), opaque_chunks_C[ka:kb]
+        batch.tokens_N[a:b],
+        batch.opaque_pos_C[ka:kb].tolist(),
+        batch.opaque_len_C[ka:kb].tolist(),
+        batch.opaque_chunks_C[ka:kb],
+    )
+
+
+def packed_datums(
+    batch: PackedDatums,
+    loss_fn_inputs_N: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.float32]],
+    token_runs_D: Sequence[Sequence[list[int]]] | None = None,
+) -> list[tinker.Datum]:
+    """:func:`build_datums` over a columnar batch's buffers."""
+    return build_datums(
+        batch.tokens_N,
+        batch.offsets_D1,
+        loss_fn_inputs_N,
+        batch.opaque_offsets_D1,
+        batch.opaque_pos_C,
+        batch.opaque_len_C,
+        batch.opaque_chunks_C,
+        token_runs_D,
     )
 
 
@@ -210,27 +244,11 @@ class SupervisedBatch:
 
     def model_input(self, d: int, /) -> tinker.ModelInput:
         """The model input of datum ``d``."""
-        return datum_model_input(
-            self.tokens_N,
-            self.offsets_D1,
-            self.opaque_offsets_D1,
-            self.opaque_pos_C,
-            self.opaque_len_C,
-            self.opaque_chunks_C,
-            d,
-        )
+        return datum_model_input(self, d)
 
     def to_datums(self) -> list[tinker.Datum]:
         """``tinker.Datum`` objects with ``target_tokens`` and ``weights`` (views, no copies)."""
-        return build_datums(
-            self.tokens_N,
-            self.offsets_D1,
-            {"target_tokens": self.target_tokens_N, "weights": self.weights_N},
-            self.opaque_offsets_D1,
-            self.opaque_pos_C,
-            self.opaque_len_C,
-            self.opaque_chunks_C,
-        )
+        return packed_datums(self, {"target_tokens": self.target_tokens_N, "weights": self.weights_N})
 
 
 def _pack(

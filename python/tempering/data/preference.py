@@ -8,9 +8,9 @@ import attrs
 import numpy as np
 
 from tempering.data._parse import parse_comparison_row
-from tempering.data._rows import BadRows, Format, parse_rows
+from tempering.data._rows import Format
 from tempering.data.batches import BatchedDataset
-from tempering.data.chat import Loaded
+from tempering.data.chat import Loaded, load_rows
 from tempering_protocols import LabeledComparison
 
 __all__ = ["ComparisonDatasetBuilder", "load_comparisons"]
@@ -29,17 +29,7 @@ def load_comparisons(
         data = load_comparisons(tempering.assets.path("arithmetic_preferences.jsonl"))
         data.items[0].label  # "A" or "B"
     """
-    bad = BadRows()
-    rows = list(
-        parse_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad)
-    )
-    bad.report(os.fspath(path))
-    return Loaded(
-        path=os.fspath(path),
-        items=tuple(c for _, c in rows),
-        origins=tuple(o for o, _ in rows),
-        bad_rows=bad,
-    )
+    return load_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows)
 
 
 @attrs.frozen

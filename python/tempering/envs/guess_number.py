@@ -40,28 +40,30 @@ Example::
 
 from __future__ import annotations
 
-import itertools
 import random
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 import numpy as np
 
-from tempering.backend import load_tokenizer
-from tempering.envs.message import MessageEnvAdapter, MessageStepResult
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
+from tempering.backend import load_renderer
+from tempering.envs.guess_number_play import (
+    INTEGER,
+    GuessNumberStats,
+    GuessPolicy,
+    bisect_guess,
+    feasible_range,
+    guess_number_stats,
+    random_consistent_guess,
+)
+from tempering.envs.message import GameEnvAdapter, MessageStepResult
 from tempering_protocols import (
-    Action,
     Env,
     EnvGroupBuilder,
     Message,
     Metrics,
     Renderer,
     RLDataset,
-    StepResult,
-    Trajectory,
 )
 
 __all__ = [
@@ -82,8 +84,6 @@ __all__ = [
     "split_secrets",
 ]
 
-_INTEGER = re.compile(r"\d+")
-
 
 def guess_number_prompt(low: int, high: int) -> str:
     """The first user message of a game."""
@@ -103,46 +103,7 @@ def _check_range(low: int, high: int, max_turns: int, where: str) -> None:
         raise ValueError(f"{where}: max_turns must be >= 1, got {max_turns}")
 
 
-def feasible_range(messages: Sequence[Message], low: int, high: int) -> tuple[int, int]:
-    """The secrets still possible after the feedback in ``messages`` (``(lo, hi)``, inclusive;
-    ``lo > hi`` when the feedback contradicts itself). Reads each assistant guess and the
-    user's answer after it."""
-    lo, hi = low, high
-    for reply, answer in itertools.pairwise(messages):
-        if reply["role"] != "assistant" or answer["role"] != "user":
-            continue
-        text = reply["content"].strip()
-        if _INTEGER.fullmatch(text) is None:
-            continue
-        guess = int(text)
-        if answer["content"] == "higher":
-            lo = max(lo, guess + 1)
-        elif answer["content"] == "lower":
-            hi = min(hi, guess - 1)
-    return lo, hi
-
-
-GuessPolicy = Callable[[Sequence[Message], int, int, random.Random], int]
-"""A scripted player: ``(conversation so far, low, high, rng) -> guess``."""
-
-
-def bisect_guess(messages: Sequence[Message], low: int, high: int, rng: random.Random) -> int:
-    """The midpoint ``(lo + hi) // 2`` of the feasible range: finds any secret of ``n``
-    numbers in at most ``ceil(log2(n + 1))`` guesses. ``rng`` is unused (same signature as
-    :func:`random_consistent_guess`)."""
-    del rng
-    lo, hi = feasible_range(messages, low, high)
-    return (lo + hi) // 2 if lo <= hi else low
-
-
-def random_consistent_guess(messages: Sequence[Message], low: int, high: int, rng: random.Random) -> int:
-    """A uniformly random number of the feasible range: legal, never wasted, but slower than
-    bisection (``2 (1 + 1/n) H_n - 3`` guesses on average for ``n`` numbers, ``H_n`` the
-    harmonic number: 4.2 for ``n = 16``, against 3.4 for bisection)."""
-    lo, hi = feasible_range(messages, low, high)
-    return rng.randint(lo, hi) if lo <= hi else low
-
-
+@attrs.define(eq=False)
 class GuessNumberGame:
     """One game as a message-level env (:class:`~tempering.envs.MessageEnv`). Single-use.
 
@@ -153,30 +114,23 @@ class GuessNumberGame:
         (await game.step({"role": "assistant", "content": "8"})).next_messages[-1]   # user: lower
     """
 
-    def __init__(
-        self,
-        secret: int,
-        *,
-        low: int = 0,
-        high: int = 15,
-        max_turns: int = 5,
-        turn_cost: float = 0.1,
-        invalid_reward: float = -1.0,
-    ) -> None:
-        _check_range(low, high, max_turns, "GuessNumberGame")
-        if not low <= secret <= high:
-            raise ValueError(f"GuessNumberGame: secret {secret} is outside {low}..{high}")
-        self.secret = secret
-        self.low = low
-        self.high = high
-        self.max_turns = max_turns
-        self.turn_cost = turn_cost
-        self.invalid_reward = invalid_reward
-        self.history: list[Message] = [{"role": "user", "content": guess_number_prompt(low, high)}]
-        self.turns = 0
-        self.found = False
-        self.invalid = False
-        self.done = False
+    secret: int
+    low: int = attrs.field(default=0, kw_only=True)
+    high: int = attrs.field(default=15, kw_only=True)
+    max_turns: int = attrs.field(default=5, kw_only=True)
+    turn_cost: float = attrs.field(default=0.1, kw_only=True)
+    invalid_reward: float = attrs.field(default=-1.0, kw_only=True)
+    history: list[Message] = attrs.field(init=False)
+    turns: int = attrs.field(init=False, default=0)
+    found: bool = attrs.field(init=False, default=False)
+    invalid: bool = attrs.field(init=False, default=False)
+    done: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        _check_range(self.low, self.high, self.max_turns, "GuessNumberGame")
+        if not self.low <= self.secret <= self.high:
+            raise ValueError(f"GuessNumberGame: secret {self.secret} is outside {self.low}..{self.high}")
+        self.history = [{"role": "user", "content": guess_number_prompt(self.low, self.high)}]
 
     def _end(self, reward: float, metrics: Metrics) -> MessageStepResult:
         self.done = True
@@ -208,7 +162,7 @@ class GuessNumberGame:
             raise RuntimeError("GuessNumberGame is single-use and this episode is over")
         self.turns += 1
         text = content.strip()
-        guess = int(text) if _INTEGER.fullmatch(text) is not None else None
+        guess = int(text) if INTEGER.fullmatch(text) is not None else None
         if guess is None or not self.low <= guess <= self.high:
             self.invalid = True
             return self._end(self.invalid_reward, {})
@@ -247,7 +201,7 @@ def play_scripted(game: GuessNumberGame, policy: GuessPolicy, rng: random.Random
         messages = list(result.next_messages)
 
 
-class GuessNumberEnv(MessageEnvAdapter):
+class GuessNumberEnv(GameEnvAdapter[GuessNumberGame]):
     """A :class:`GuessNumberGame` through a renderer (token level). A reply that does not parse
     ends the episode with ``invalid_reward`` and the same final metrics as an invalid guess.
 
@@ -258,15 +212,7 @@ class GuessNumberEnv(MessageEnvAdapter):
     """
 
     def __init__(self, game: GuessNumberGame, renderer: Renderer) -> None:
-        super().__init__(game, renderer, on_parse_error="penalty", penalty=game.invalid_reward)
-        self.game = game
-
-    async def step(self, action: Action, /) -> StepResult:
-        result = await super().step(action)
-        if result.metrics.get("message/parse_error", 0) and not self.game.done:
-            ended = self.game.unparsed_reply(result.reward)
-            return attrs.evolve(result, metrics={**result.metrics, **ended.metrics})
-        return result
+        super().__init__(game, renderer, penalty=game.invalid_reward)
 
 
 @attrs.frozen
@@ -297,21 +243,19 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
         if self.group_size < 1:
             raise ValueError(f"GuessNumberGroupBuilder: group_size must be >= 1, got {self.group_size}")
 
+    def game(self) -> GuessNumberGame:
+        """A fresh game with this group's secret and rules."""
+        return GuessNumberGame(
+            self.secret,
+            low=self.low,
+            high=self.high,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            invalid_reward=self.invalid_reward,
+        )
+
     async def make_envs(self) -> Sequence[Env]:
-        return [
-            GuessNumberEnv(
-                GuessNumberGame(
-                    self.secret,
-                    low=self.low,
-                    high=self.high,
-                    max_turns=self.max_turns,
-                    turn_cost=self.turn_cost,
-                    invalid_reward=self.invalid_reward,
-                ),
-                self.renderer,
-            )
-            for _ in range(self.group_size)
-        ]
+        return [GuessNumberEnv(self.game(), self.renderer) for _ in range(self.group_size)]
 
     def logging_tags(self) -> list[str]:
         return [self.tag]
@@ -430,9 +374,7 @@ class GuessNumberTask:
         return split_secrets(self.low, self.high, self.n_test_secrets, self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.secrets()
 
         def make(
@@ -455,71 +397,3 @@ class GuessNumberTask:
         train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
         test = test or train  # no held-out secrets: every secret, with the test's own sampling seeds
         return train_ds, make(test, len(test), self.test_group_size, 1, self.seed + 1)
-
-
-@attrs.frozen
-class GuessNumberStats:
-    """Summary of finished guess-number episodes (fractions in ``[0, 1]``).
-
-    ``success``: found the secret; ``turns``: guesses per episode (all episodes);
-    ``turns_found``: guesses per successful episode (NaN when none); ``invalid``: ended by an
-    invalid reply; ``inconsistent``: fraction of valid guesses already ruled out.
-    """
-
-    episodes: int
-    success: float
-    turns: float
-    turns_found: float
-    invalid: float
-    inconsistent: float
-    reward: float
-
-    def as_dict(self, prefix: str) -> dict[str, float]:
-        """The figures as ``{f"{prefix}_{name}": value}``."""
-        return {f"{prefix}_{k}": float(v) for k, v in attrs.asdict(self).items()}
-
-
-def guess_number_stats(trajectories: Sequence[Trajectory]) -> GuessNumberStats:
-    """:class:`GuessNumberStats` of finished episodes (each the trajectory of a
-    :class:`GuessNumberEnv`).
-
-    Example::
-
-        stats = guess_number_stats([t for r in rollouts if r.group for t in r.group.trajectories_G])
-    """
-    found: list[float] = []
-    turns: list[float] = []
-    turns_found: list[float] = []
-    invalid: list[float] = []
-    inconsistent: list[float] = []
-    rewards: list[float] = []
-    for traj in trajectories:
-        if not traj.transitions:
-            continue
-        last = traj.transitions[-1].metrics
-        ok = float(last.get("guess/found", 0))
-        n = float(last.get("guess/turns", len(traj.transitions)))
-        found.append(ok)
-        turns.append(n)
-        if ok:
-            turns_found.append(n)
-        invalid.append(float(last.get("guess/invalid", 0)))
-        inconsistent += [
-            float(t.metrics["guess/inconsistent"])
-            for t in traj.transitions
-            if "guess/inconsistent" in t.metrics
-        ]
-        rewards.append(sum(t.reward for t in traj.transitions))
-
-    def mean(xs: list[float]) -> float:
-        return float(np.mean(xs)) if xs else float("nan")
-
-    return GuessNumberStats(
-        episodes=len(found),
-        success=mean(found),
-        turns=mean(turns),
-        turns_found=mean(turns_found),
-        invalid=mean(invalid),
-        inconsistent=mean(inconsistent),
-        reward=mean(rewards),
-    )

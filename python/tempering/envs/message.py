@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import tinker
@@ -46,7 +46,14 @@ from tempering_protocols import (
 )
 from tempering_protocols.rl import MASK_TURN
 
-__all__ = ["MessageEnv", "MessageEnvAdapter", "MessageStepResult", "OnFailure"]
+__all__ = [
+    "GameEnvAdapter",
+    "GameWithUnparsedReplies",
+    "MessageEnv",
+    "MessageEnvAdapter",
+    "MessageStepResult",
+    "OnFailure",
+]
 
 OnFailure = Literal["penalty", "mask"]
 
@@ -149,3 +156,33 @@ class MessageEnvAdapter(Env):
             next_stop_condition=self._stop(),
             metrics=metrics,
         )
+
+
+class GameWithUnparsedReplies(MessageEnv, Protocol):
+    """A :class:`MessageEnv` game that a reply which does not parse ends (an invalid move)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def unparsed_reply(self, reward: float, /) -> MessageStepResult:
+        """End the game for a reply that did not parse, with ``reward``; its final result."""
+        ...
+
+
+_Game = TypeVar("_Game", bound=GameWithUnparsedReplies)
+
+
+class GameEnvAdapter(MessageEnvAdapter, Generic[_Game]):
+    """A game through a renderer: a reply that does not parse ends the game with ``penalty``,
+    and the game's final metrics join the step's (see :class:`GameWithUnparsedReplies`)."""
+
+    def __init__(self, game: _Game, renderer: Renderer, *, penalty: float) -> None:
+        super().__init__(game, renderer, on_parse_error="penalty", penalty=penalty)
+        self.game = game
+
+    async def step(self, action: Action, /) -> StepResult:
+        result = await super().step(action)
+        if result.metrics.get("message/parse_error", 0) and not self.game.done:
+            ended = self.game.unparsed_reply(result.reward)
+            return attrs.evolve(result, metrics={**result.metrics, **ended.metrics})
+        return result

@@ -85,6 +85,7 @@ class Problem:
     answer: str
 
 
+@attrs.define(eq=False)
 class ProblemEnv(Env):
     """One question, one answer, graded. Single-use.
 
@@ -95,21 +96,12 @@ class ProblemEnv(Env):
         result = await env.step(sampled_tokens)   # reward, episode_done=True
     """
 
-    def __init__(
-        self,
-        problem: Problem,
-        renderer: Renderer,
-        grader: Grader,
-        *,
-        format_coef: float = 0.1,
-        system_prompt: str | None = None,
-    ) -> None:
-        self.problem = problem
-        self.renderer = renderer
-        self.grader = grader
-        self.format_coef = format_coef
-        self.system_prompt = system_prompt
-        self._done = False
+    problem: Problem
+    renderer: Renderer
+    grader: Grader
+    format_coef: float = attrs.field(default=0.1, kw_only=True)
+    system_prompt: str | None = attrs.field(default=None, kw_only=True)
+    _done: bool = attrs.field(init=False, default=False)
 
     def messages(self) -> list[Message]:
         """The prompt conversation."""

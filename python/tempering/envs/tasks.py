@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import attrs
 
-from tempering.backend import load_tokenizer
+from tempering.backend import load_renderer
 from tempering.envs.problem import Problem, ProblemDataset, first_number_match, lowercase_fraction
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticTask", "LowercaseTask"]
@@ -43,9 +41,7 @@ class LowercaseTask:
     seed: int = 0
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
 
         def make(n: int, seed: int) -> ProblemDataset:
@@ -80,9 +76,7 @@ class ArithmeticTask:
         from tempering import assets
         from tempering.data import load_chat
 
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
 
         def problems(name: str) -> list[Problem]:
             out: list[Problem] = []

@@ -61,16 +61,14 @@ from typing import ClassVar, Literal
 import attrs
 import numpy as np
 
-from tempering.envs.message import MessageEnvAdapter, MessageStepResult
+from tempering.envs.message import GameEnvAdapter, MessageStepResult
 from tempering.envs.turn_based import TurnBasedGame, TurnBasedPlayer, TurnBasedPlayerEnv, players_of
 from tempering_protocols import (
-    Action,
     Env,
     EnvGroupBuilder,
     Message,
     Metrics,
     Renderer,
-    StepResult,
     Trajectory,
 )
 
@@ -311,12 +309,13 @@ class TicTacToeVsRandom:
             reward=reward, episode_done=True, metrics=_outcome_metrics(won, draw, self.illegal, self.moves)
         )
 
-    def unparsed_reply(self) -> MessageStepResult:
-        """Record a reply that did not parse (an illegal move) and end the game."""
+    def unparsed_reply(self, reward: float | None = None, /) -> MessageStepResult:
+        """Record a reply that did not parse (an illegal move) and end the game with ``reward``
+        (default ``illegal_reward``)."""
         if self.done:
             raise RuntimeError("TicTacToeVsRandom is single-use and this game is over")
         self.illegal = True
-        return self._end(self.illegal_reward)
+        return self._end(self.illegal_reward if reward is None else reward)
 
     async def initial_messages(self) -> Sequence[Message]:
         if self.side == "O" and self.moves == 0 and all(c == EMPTY for c in self.board):
@@ -344,19 +343,11 @@ class TicTacToeVsRandom:
         return MessageStepResult(reward=0.0, episode_done=False, next_messages=self._prompt())
 
 
-class _VsRandomEnv(MessageEnvAdapter):
+class _VsRandomEnv(GameEnvAdapter[TicTacToeVsRandom]):
     """A :class:`TicTacToeVsRandom` through the renderer; an unparseable reply is an illegal move."""
 
     def __init__(self, game: TicTacToeVsRandom, renderer: Renderer) -> None:
-        super().__init__(game, renderer, on_parse_error="penalty", penalty=game.illegal_reward)
-        self.game = game
-
-    async def step(self, action: Action, /) -> StepResult:
-        result = await super().step(action)
-        if result.metrics.get("message/parse_error", 0) and not self.game.done:
-            ended = self.game.unparsed_reply()
-            return attrs.evolve(result, metrics={**result.metrics, **ended.metrics})
-        return result
+        super().__init__(game, renderer, penalty=game.illegal_reward)
 
 
 @attrs.frozen

@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import abc
 import enum
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, Protocol, TypeAlias, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar, TypeAlias
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import tinker
 
+from tempering.renderers._conversation import (
+    check_messages,
+    describe_conversation,
+    last_user_index,
+    message_weights,
+)
+from tempering.renderers._encoding import (
+    encode_batch,
+    text_encoder,
+)
 from tempering_protocols import Message, StopCondition, SupervisedExample, Tokenizer, TrainOnWhat, decode_text
 
 __all__ = [
@@ -112,198 +121,6 @@ class Rendering:
     prefix: tuple[Piece, ...]
     messages: tuple[MessageParts, ...]
     generation_header: tuple[Piece, ...] = ()
-
-
-def _content_preview(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", p.get("thinking", "")))
-            for p in cast("list[object]", content)
-            if isinstance(p, dict)
-            for p in [cast("dict[str, object]", p)]
-        )
-    return repr(content)
-
-
-def describe_conversation(messages: Sequence[Message], limit: int = 200) -> str:
-    """A short, one-line description of a conversation for error messages.
-
-    Example::
-
-        describe_conversation([{"role": "user", "content": "What is 2+2?"}])
-        # "[user: 'What is 2+2?']"
-    """
-    parts: list[str] = []
-    for m in messages:
-        content = _content_preview(cast("object", m.get("content", "")))
-        text = content if len(content) <= 40 else content[:37] + "..."
-        parts.append(f"{m.get('role', '?')}: {text!r}")
-    out = "[" + ", ".join(parts) + "]"
-    return out if len(out) <= limit else out[: limit - 4] + "...]"
-
-
-class _BackendTokenizer(Protocol):
-    def encode_batch_fast(self, inputs: list[str], add_special_tokens: bool = ...) -> list[_Encoding]: ...
-
-
-class _Encoding(Protocol):
-    @property
-    def ids(self) -> list[int]: ...
-
-
-def text_encoder(tokenizer: Tokenizer) -> Callable[[Sequence[str]], list[list[int]]]:
-    """A batch encoder for text pieces: special tokens in the text are tokenized as text.
-
-    For a Hugging Face fast tokenizer this is a copy of its Rust backend with
-    ``encode_special_tokens`` set, called once per batch (``encode_batch_fast``). Special tokens
-    (``<|im_end|>``) therefore never come out of a text piece: a renderer gives them as ids,
-    and a user's content that happens to contain one is tokenized as the characters it is.
-    Added tokens that are not special (Qwen's ``<think>``) are still matched, as the tokenizer
-    matches them. Any other :class:`Tokenizer` is called text by text.
-    """
-    backend = cast("object", getattr(tokenizer, "backend_tokenizer", None))
-    if backend is not None and hasattr(backend, "to_str") and hasattr(backend, "encode_batch_fast"):
-        from tokenizers import Tokenizer as RustTokenizer
-
-        copy = RustTokenizer.from_str(cast("RustTokenizer", backend).to_str())
-        copy.encode_special_tokens = True
-        fast = cast("_BackendTokenizer", copy)
-
-        def encode_fast(texts: Sequence[str]) -> list[list[int]]:
-            if not texts:
-                return []
-            return [e.ids for e in fast.encode_batch_fast(list(texts), add_special_tokens=False)]
-
-        return encode_fast
-
-    def encode_each(texts: Sequence[str]) -> list[list[int]]:
-        return [list(tokenizer.encode(text, add_special_tokens=False)) for text in texts]
-
-    return encode_each
-
-
-def encode_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Tokenize many texts without special tokens, through the tokenizer's batch path.
-
-    Hugging Face tokenizers are called once on the whole list (the Rust backend encodes the
-    batch in parallel); any other :class:`Tokenizer` is called text by text.
-
-    Example::
-
-        encode_batch(tokenizer, ["user\\n", "What is 2+2?"])  # [[882, 198], [3923, 374, ...]]
-    """
-    if not texts:
-        return []
-    if callable(tokenizer):
-        call = cast("Callable[..., object]", tokenizer)
-        out = call(list(texts), add_special_tokens=False)
-        ids = out.get("input_ids") if isinstance(out, Mapping) else getattr(out, "input_ids", None)
-        if isinstance(ids, list) and len(ids) == len(texts):
-            return [list(cast("Iterable[int]", row)) for row in cast("list[object]", ids)]
-    return [list(tokenizer.encode(text, add_special_tokens=False)) for text in texts]
-
-
-_ROLES_WITH_PARTS = ("text", "thinking")
-
-
-def _check_content(content: object, index: int, role: str) -> None:
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise TypeError(
-            f"message {index} ({role}) has content of type {type(content).__name__}, "
-            "not str or a list of parts"
-        )
-    for k, part in enumerate(cast("list[object]", content)):
-        if not isinstance(part, Mapping):
-            raise TypeError(
-                f"message {index} ({role}): content part {k} is a {type(part).__name__}, not a dict"
-            )
-        p = cast("Mapping[str, object]", part)
-        kind = p.get("type")
-        if kind not in _ROLES_WITH_PARTS:
-            raise ValueError(
-                f"message {index} ({role}): content part {k} has type {kind!r}; text renderers read "
-                "'text' and 'thinking' parts (images and audio need a multimodal renderer)"
-            )
-        value = p.get(str(kind))
-        if not isinstance(value, str):
-            raise TypeError(f"message {index} ({role}): content part {k} ({kind}) has no str {kind!r} field")
-
-
-def _check_messages(messages: object, *, allow_empty: bool) -> None:
-    """Messages are checked at runtime: they often come straight from JSON."""
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise TypeError(f"a conversation is a sequence of messages, got {type(messages).__name__}")
-    items = cast("Sequence[object]", messages)
-    if not items and not allow_empty:
-        raise ValueError("empty conversation: there is nothing to render")
-    for i, m in enumerate(items):
-        if not isinstance(m, Mapping):
-            raise TypeError(f"message {i} is a {type(m).__name__}, not a mapping with role and content")
-        msg = cast("Mapping[str, object]", m)
-        role = msg.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError(f"message {i} has no role (a non-empty string): {msg!r:.120}")
-        _check_content(msg.get("content"), i, role)
-
-
-def _message_weight(message: Message, index: int) -> float:
-    trainable = cast("object", message.get("trainable"))
-    if trainable is not None:
-        if not isinstance(trainable, bool):
-            raise TypeError(f"message {index} has trainable={trainable!r}; it is a bool")
-        return float(trainable)
-    weight: object = message.get("weight", 0.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-        raise ValueError(f"message {index} has weight {weight!r}; customized weights are finite numbers")
-    return float(weight)
-
-
-def last_user_index(messages: Sequence[Message]) -> int:
-    """Index of the last user message, ``-1`` if there is none."""
-    return max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-
-
-def message_weights(
-    messages: Sequence[Message], train_on_what: TrainOnWhat, *, turn_start: int | None = None
-) -> list[float]:
-    """The weight of each message's completion tokens under ``train_on_what``.
-
-    Headers get weight 0 in every mode but ``ALL_TOKENS``. ``turn_start`` is where the last
-    assistant turn starts (default: after the last user message among all but the last
-    message, as the Tinker Cookbook counts it for a supervised example).
-
-    Example::
-
-        message_weights(convo, TrainOnWhat.ALL_ASSISTANT_MESSAGES)  # [0.0, 1.0, 0.0, 1.0]
-    """
-    n = len(messages)
-    roles = [m["role"] for m in messages]
-    if train_on_what != TrainOnWhat.CUSTOMIZED:
-        for i, m in enumerate(messages):
-            if "trainable" in m:
-                raise ValueError(
-                    f"message {i} ({roles[i]}) has a 'trainable' flag, which only "
-                    f"train_on_what=customized reads (this is {train_on_what.value}); "
-                    "use customized or drop the flag"
-                )
-    if train_on_what in (TrainOnWhat.ALL_MESSAGES, TrainOnWhat.ALL_TOKENS):
-        return [1.0] * n
-    if train_on_what == TrainOnWhat.ALL_ASSISTANT_MESSAGES:
-        return [float(r == "assistant") for r in roles]
-    if train_on_what == TrainOnWhat.ALL_USER_AND_SYSTEM_MESSAGES:
-        return [float(r in ("user", "system")) for r in roles]
-    if train_on_what == TrainOnWhat.LAST_ASSISTANT_MESSAGE:
-        return [float(i == n - 1 and r == "assistant") for i, r in enumerate(roles)]
-    if train_on_what == TrainOnWhat.LAST_ASSISTANT_TURN:
-        start = last_user_index(messages[:-1]) + 1 if turn_start is None else turn_start
-        return [float(i >= start and r == "assistant") for i, r in enumerate(roles)]
-    if train_on_what == TrainOnWhat.CUSTOMIZED:
-        return [_message_weight(m, i) for i, m in enumerate(messages)]
-    raise ValueError(f"unknown train_on_what: {train_on_what!r}")
 
 
 class ParseTermination(enum.StrEnum):
@@ -492,7 +309,7 @@ class BaseRenderer(abc.ABC):
 
             prompt = renderer.build_generation_prompt([{"role": "user", "content": "2+2?"}])
         """
-        _check_messages(messages, allow_empty=True)
+        check_messages(messages, allow_empty=True)
         pieces = self._prompt_pieces(messages)
         if prefill:
             pieces.append(prefill)
@@ -547,7 +364,7 @@ class BaseRenderer(abc.ABC):
                 label = f"conversation {i} of the batch"
             labels.append(label)
             try:
-                _check_messages(messages, allow_empty=False)
+                check_messages(messages, allow_empty=False)
                 plans.append(self._plan(messages, mode))
             except (TypeError, ValueError) as exc:
                 if label is None:

@@ -17,6 +17,7 @@ __all__ = [
     "UNTERMINATED",
     "function_fields",
     "json_tool_call",
+    "read_tool_call",
     "tool_call_arguments",
     "tool_call_fields",
     "xml_function_call",
@@ -80,6 +81,18 @@ def tool_call_fields(raw: object, where: str) -> tuple[str, str]:
             f"{where}: a tool call needs a str name and str (JSON) arguments, got {dict(call)!r:.120}"
         )
     return name, arguments
+
+
+def read_tool_call(raw: object, where: str) -> ToolCall:
+    """A tool call in either form (:func:`tool_call_fields`), keeping its ``id`` when it has one."""
+    name, arguments = tool_call_fields(raw, where)
+    out = ToolCall(name=name, arguments=arguments)
+    call_id = cast("Mapping[str, object]", raw).get("id")
+    if call_id is not None:
+        if not isinstance(call_id, str):
+            raise TypeError(f"{where}: a tool call id is a str, got {call_id!r}")
+        out["id"] = call_id
+    return out
 
 
 def tool_call_arguments(text: object, where: str, name: str) -> dict[str, object]:

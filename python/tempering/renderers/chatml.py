@@ -14,14 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal, TypeAlias, cast
 
-from tempering.renderers._base import (
-    BaseRenderer,
-    MessageParts,
-    ParseTermination,
-    Piece,
-    Rendering,
-    last_user_index,
-)
+from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
+from tempering.renderers._conversation import last_user_index
 from tempering.renderers._messages import json_tool_call, tool_call_fields
 from tempering.renderers._text import (
     assistant_message,

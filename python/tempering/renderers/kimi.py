@@ -20,11 +20,7 @@ Two rules set Kimi apart, both from its Hugging Face chat template:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
-from typing import cast
-
-import attrs
 
 from tempering.renderers._base import (
     BaseRenderer,
@@ -36,8 +32,28 @@ from tempering.renderers._base import (
 from tempering.renderers._base import (
     message_weights as base_message_weights,
 )
+from tempering.renderers._kimi_format import (
+    BLOCK_MARKERS,
+    CALL_ARGS,
+    CALL_CLOSE,
+    CALL_OPEN,
+    CALL_RE,
+    DEFAULT_SYSTEM,
+    DEFAULT_SYSTEM_PROMPT,
+    SECTION_CLOSE,
+    SECTION_OPEN,
+    SECTION_RE,
+    THINK_RE,
+    UNPARSED_MAX_CHARS,
+    Turn,
+    default_system_at,
+    first_turn_index,
+    read_turn,
+    with_default_system,
+)
 from tempering.renderers._text import assistant_message
 from tempering.renderers.kimi_tools import encode_tools_typescript
+from tempering.renderers.llama3 import parse_at_stop_token
 from tempering_protocols import Message, StopCondition, Tokenizer, ToolCall, TrainOnWhat
 
 __all__ = [
@@ -48,180 +64,6 @@ __all__ = [
     "KimiK26PreserveThinkingRenderer",
     "KimiK26Renderer",
 ]
-
-DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
-
-_ROLES = ("system", "user", "assistant", "tool", "tool_declare")
-_SECTION_OPEN, _SECTION_CLOSE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-_CALL_OPEN, _CALL_ARGS, _CALL_CLOSE = (
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-)
-# The parser also accepts the singular section spelling some Kimi outputs use.
-_BLOCK_MARKERS = (
-    (_SECTION_OPEN, _SECTION_CLOSE),
-    ("<|tool_call_section_begin|>", "<|tool_call_section_end|>"),
-    (_CALL_OPEN, _CALL_CLOSE),
-)
-_SECTION_RE = re.compile(
-    r"<\|tool_calls_section_begin\|>(.*?)<\|tool_calls_section_end\|>"
-    r"|<\|tool_call_section_begin\|>(.*?)<\|tool_call_section_end\|>",
-    re.DOTALL,
-)
-_CALL_RE = re.compile(
-    r"<\|tool_call_begin\|>\s*([^<]+:\d+)\s*<\|tool_call_argument_begin\|>\s*(.*?)\s*<\|tool_call_end\|>",
-    re.DOTALL,
-)
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_UNPARSED_MAX_CHARS = 16384
-
-
-# ------------------------------------------------------------------------------ input messages
-
-
-@attrs.frozen
-class _Call:
-    name: str
-    arguments: str
-    id: str | None
-
-
-@attrs.frozen
-class _Turn:
-    """A message reduced to what the Kimi format renders."""
-
-    role: str
-    text: str
-    thinking: str
-    calls: tuple[_Call, ...]
-    parts: tuple[str, ...] | None
-    """A non-assistant message's content given as a list of text parts (rendered part by part)."""
-    name: str
-    tool_call_id: str
-
-
-_DEFAULT_SYSTEM = _Turn("system", DEFAULT_SYSTEM_PROMPT, "", (), None, "system", "")
-
-
-def _where(index: int, role: str) -> str:
-    return f"message {index} ({role})"
-
-
-def _tool_calls(message: Mapping[str, object], index: int, role: str) -> tuple[_Call, ...]:
-    """Tool calls in either format: ``{"name", "arguments", "id"?}`` or the OpenAI/cookbook
-    ``{"id", "type": "function", "function": {"name", "arguments"}}``."""
-    raw = message.get("tool_calls")
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise TypeError(f"{_where(index, role)}: tool_calls is a {type(raw).__name__}, not a list")
-    calls: list[_Call] = []
-    for k, item in enumerate(cast("list[object]", raw)):
-        if not isinstance(item, Mapping):
-            raise TypeError(f"{_where(index, role)}: tool call {k} is a {type(item).__name__}, not a mapping")
-        call = cast("Mapping[str, object]", item)
-        body = call.get("function", call)
-        if not isinstance(body, Mapping):
-            raise TypeError(f"{_where(index, role)}: tool call {k} has a 'function' that is not a mapping")
-        fields = cast("Mapping[str, object]", body)
-        name, arguments, call_id = fields.get("name"), fields.get("arguments"), call.get("id")
-        if not isinstance(name, str) or not isinstance(arguments, str):
-            raise TypeError(
-                f"{_where(index, role)}: tool call {k} needs a str name and str (JSON) arguments, "
-                f"got {dict(call)!r:.120}"
-            )
-        if call_id is not None and not isinstance(call_id, str):
-            raise TypeError(f"{_where(index, role)}: tool call {k} has a non-str id {call_id!r}")
-        calls.append(_Call(name, arguments, call_id or None))
-    return tuple(calls)
-
-
-def _turn(message: Mapping[str, object], index: int, *, multipart: bool) -> _Turn:
-    """Normalize one message (tempering's or the cookbook's format), checking what Kimi can render.
-
-    ``multipart``: whether a non-assistant message may give its content as several text parts
-    (K2.5 renders them one by one; K2 takes a single text part only).
-    """
-    role = message.get("role")
-    if not isinstance(role, str) or role not in _ROLES:
-        raise ValueError(
-            f"message {index} has role {role!r}; the Kimi format renders {', '.join(_ROLES)} messages"
-        )
-    content = message.get("content")
-    thinking_field = message.get("thinking") or ""
-    if not isinstance(thinking_field, str):
-        raise TypeError(f"{_where(index, role)}: thinking is a {type(thinking_field).__name__}, not a str")
-    texts: list[str] = []
-    thoughts: list[str] = [thinking_field] if thinking_field else []
-    parts: tuple[str, ...] | None = None
-    if isinstance(content, str):
-        texts.append(content)
-    elif isinstance(content, list):
-        for k, item in enumerate(cast("list[object]", content)):
-            part = cast("Mapping[str, object]", item) if isinstance(item, Mapping) else {}
-            kind = part.get("type")
-            value = part.get(kind) if isinstance(kind, str) else None
-            if kind not in ("text", "thinking") or not isinstance(value, str):
-                raise ValueError(
-                    f"{_where(index, role)}: content part {k} is not a text or thinking part; the Kimi "
-                    "text renderers refuse images and other media (they need a multimodal renderer)"
-                )
-            (texts if kind == "text" else thoughts).append(value)
-        if role != "assistant" and not thoughts:
-            parts = tuple(texts)
-    else:
-        raise TypeError(f"{_where(index, role)}: content is a {type(content).__name__}, not str or a list")
-    calls = _tool_calls(message, index, role)
-    if role != "assistant":
-        if thoughts:
-            raise ValueError(f"{_where(index, role)} has thinking; only assistant messages carry reasoning")
-        if calls:
-            raise ValueError(f"{_where(index, role)} has tool_calls; only assistants call tools")
-        if parts is not None and len(parts) == 1:
-            parts = None
-        if parts is not None and not multipart:
-            raise ValueError(
-                f"{_where(index, role)} has {len(parts)} content parts; this Kimi renderer renders a "
-                "non-assistant message from one text part only (join them into one string)"
-            )
-    name = message.get("name") or ""
-    tool_call_id = message.get("tool_call_id") or ""
-    if not isinstance(name, str) or not isinstance(tool_call_id, str):
-        raise TypeError(f"{_where(index, role)}: name and tool_call_id are strings")
-    if role == "tool" and not tool_call_id:
-        raise ValueError(
-            f"{_where(index, role)} has no tool_call_id: Kimi heads a tool result with "
-            "'## Return of <tool_call_id>', the id of the call it answers"
-        )
-    return _Turn(role, "".join(texts), "".join(thoughts), calls, parts, name or "tool", tool_call_id)
-
-
-def _default_system_at(messages: Sequence[Message]) -> int | None:
-    """Where Kimi's template puts the default system message, ``None`` if the conversation has
-    its own: a system message comes first, or right after a leading ``tool_declare`` message."""
-    first = messages[0].get("role") if messages else None
-    if first == "tool_declare":
-        return None if len(messages) > 1 and messages[1].get("role") == "system" else 1
-    return None if first == "system" else 0
-
-
-def _with_default_system(messages: Sequence[Message]) -> list[Message]:
-    """The conversation as Kimi's template sees it, the default system message added if due."""
-    out = list(messages)
-    at = _default_system_at(messages)
-    if at is not None:
-        out.insert(at, Message(role="system", content=DEFAULT_SYSTEM_PROMPT))
-    return out
-
-
-def _turn_start(messages: Sequence[Message]) -> int:
-    """After the last assistant message that called no tool (0 if none): the produced turn."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "assistant" and not messages[i].get("tool_calls"):
-            return i + 1
-    return 0
-
 
 # ------------------------------------------------------------------------------ renderers
 
@@ -264,8 +106,8 @@ class KimiK2Renderer(BaseRenderer):
             "system": (token("<|im_system|>"),),
         }
         self._think_open, self._think_close = token("<think>"), token("</think>")
-        self._section = (token(_SECTION_OPEN),), (token(_SECTION_CLOSE),)
-        self._call = (token(_CALL_OPEN),), (token(_CALL_ARGS),), (token(_CALL_CLOSE),)
+        self._section = (token(SECTION_OPEN),), (token(SECTION_CLOSE),)
+        self._call = (token(CALL_OPEN),), (token(CALL_ARGS),), (token(CALL_CLOSE),)
 
     @property
     def extends_prefix(self) -> bool:
@@ -280,14 +122,14 @@ class KimiK2Renderer(BaseRenderer):
 
     # ------------------------------------------------------------------ rendering
 
-    def _header(self, turn: _Turn) -> tuple[Piece, ...]:
+    def _header(self, turn: Turn) -> tuple[Piece, ...]:
         if turn.role in ("user", "assistant"):
             return (self._opens[turn.role], turn.role, self._middle)
         if turn.role == "tool":
             return (self._opens["system"], turn.name, self._middle, f"## Return of {turn.tool_call_id}\n")
         return (self._opens["system"], turn.role, self._middle)
 
-    def _assistant_body(self, turn: _Turn, keep_thinking: bool) -> tuple[Piece, ...]:
+    def _assistant_body(self, turn: Turn, keep_thinking: bool) -> tuple[Piece, ...]:
         thinking = turn.thinking if keep_thinking else ""
         out: list[Piece] = [(self._think_open,), thinking, (self._think_close,), turn.text]
         if turn.calls:
@@ -302,11 +144,11 @@ class KimiK2Renderer(BaseRenderer):
         return tuple(out)
 
     def render(self, messages: Sequence[Message], *, generation: bool) -> Rendering:
-        turns = [_turn(m, i, multipart=self._multipart_content) for i, m in enumerate(messages)]
-        at = _default_system_at(messages)
+        turns = [read_turn(m, i, multipart=self._multipart_content) for i, m in enumerate(messages)]
+        at = default_system_at(messages)
         if at is not None:
-            turns.insert(at, _DEFAULT_SYSTEM)
-        full = _with_default_system(messages)
+            turns.insert(at, DEFAULT_SYSTEM)
+        full = with_default_system(messages)
         # A prompt's produced turn is counted over all of it; a supervised example's over all but
         # its last message (the target), as the reference does.
         start = self.turn_start_index(full if generation else full[:-1])
@@ -328,12 +170,12 @@ class KimiK2Renderer(BaseRenderer):
     def turn_start_index(self, messages: Sequence[Message]) -> int:
         """After the last assistant message that called no tool: Kimi's template keeps the
         reasoning of the whole assistant/tool exchange that follows it."""
-        return _turn_start(messages)
+        return first_turn_index(messages)
 
     def message_weights(self, messages: Sequence[Message], train_on_what: TrainOnWhat) -> list[float]:
         """Weights of the rendered messages, the default system message included when it is added
         (it is trained like any system message, e.g. with ``all_messages``)."""
-        full = _with_default_system(messages)
+        full = with_default_system(messages)
         if train_on_what == TrainOnWhat.CUSTOMIZED and len(full) > len(messages):
             raise ValueError(
                 f"train_on_what=customized: the {self.name} renderer adds Kimi's default system "
@@ -385,22 +227,16 @@ class KimiK2Renderer(BaseRenderer):
             # ({"role": "assistant", "content": "4", "thinking": "2+2=4"}, STOP_SEQUENCE)
         """
         ids = self._restore_prefill(list(tokens))
-        ends = ids.count(self._im_end)
-        if ends > 1:
-            raise ValueError(
-                f"the response has {ends} <|im_end|> tokens; sampling should stop at the first "
-                "(use get_stop_sequences() as the stop condition)"
-            )
-        if ends == 0:
-            return Message(role="assistant", content=self.decode(ids)), ParseTermination.MALFORMED
-        content = self.decode(ids[: ids.index(self._im_end)])
+        content, termination = parse_at_stop_token(self, ids, self._im_end, "<|im_end|>")
+        if not termination.is_clean:
+            return Message(role="assistant", content=content), termination
         text, calls, unparsed = _split_tool_section(content)
         dangling = _dangling_block(content)
         if dangling is not None:
             unparsed.append(dangling)
         message = assistant_message(
-            _THINK_RE.sub("", text) if "<think>" in text else text,
-            thinking="".join(_THINK_RE.findall(text)) if "<think>" in text else "",
+            THINK_RE.sub("", text) if "<think>" in text else text,
+            thinking="".join(THINK_RE.findall(text)) if "<think>" in text else "",
             tool_calls=calls,
             unparsed=unparsed,
         )
@@ -409,13 +245,13 @@ class KimiK2Renderer(BaseRenderer):
 
 def _split_tool_section(content: str) -> tuple[str, list[ToolCall], list[dict[str, str]]]:
     """The text before the first tool-call section, the calls in it, and those that failed."""
-    match = _SECTION_RE.search(content)
+    match = SECTION_RE.search(content)
     if match is None:
         return content, [], []
     section = match.group(1) if match.group(1) is not None else match.group(2)
     calls: list[ToolCall] = []
     unparsed: list[dict[str, str]] = []
-    for found in _CALL_RE.finditer(section):
+    for found in CALL_RE.finditer(section):
         call_id, arguments = found.group(1).strip(), found.group(2).strip()
         name = call_id.split(":", 1)[0]
         name = name.split(".", 1)[1] if "." in name else name
@@ -430,11 +266,11 @@ def _split_tool_section(content: str) -> tuple[str, list[ToolCall], list[dict[st
 
 def _dangling_block(content: str) -> dict[str, str] | None:
     """A tool block opened more often than closed: the model meant a call and was cut off."""
-    for open_marker, close_marker in _BLOCK_MARKERS:
+    for open_marker, close_marker in BLOCK_MARKERS:
         opened = content.count(open_marker)
         if opened and opened > content.count(close_marker):
             return {
-                "raw_text": content[content.rfind(open_marker) :][:_UNPARSED_MAX_CHARS],
+                "raw_text": content[content.rfind(open_marker) :][:UNPARSED_MAX_CHARS],
                 "error": (
                     f"unterminated tool block: '{open_marker}' opened without a matching '{close_marker}'"
                 ),

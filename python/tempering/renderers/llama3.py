@@ -14,18 +14,23 @@ __all__ = ["Llama3Renderer", "parse_at_stop_token"]
 
 
 def parse_at_stop_token(
-    renderer: BaseRenderer, tokens: Sequence[int], stop: int
+    renderer: BaseRenderer, tokens: Sequence[int], stop: int, stop_name: str | None = None
 ) -> tuple[str, ParseTermination]:
     """The text before the single ``stop`` token, and how the response ended.
 
     No stop token: the whole text, ``MALFORMED`` (the sampler ran out of tokens). More than one:
-    a ``ValueError``, since a sampler that stops at ``stop`` cannot return two (the wrong stop
-    sequences were given to it).
+    a ``ValueError`` (naming the token as ``stop_name`` when given), since a sampler that stops
+    at ``stop`` cannot return two (the wrong stop sequences were given to it).
     """
     tokens = list(tokens)
     count = tokens.count(stop)
     if count == 0:
         return renderer.decode(tokens), ParseTermination.MALFORMED
+    if count > 1 and stop_name is not None:
+        raise ValueError(
+            f"the response has {count} {stop_name} tokens; sampling should stop at the first "
+            "(use the renderer's get_stop_sequences())"
+        )
     if count > 1:
         raise ValueError(
             f"the response holds the stop token {count} times, where sampling stops at the first: "

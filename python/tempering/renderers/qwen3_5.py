@@ -23,29 +23,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar, Literal, TypeAlias, cast
+from typing import ClassVar
 
 import attrs
 
-from tempering.renderers._base import (
-    BaseRenderer,
-    MessageParts,
-    ParseTermination,
-    Piece,
-    Rendering,
-    last_user_index,
-    message_weights,
+from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
+from tempering.renderers._conversation import last_user_index, message_weights
+from tempering.renderers._qwen3_5_messages import (
+    EMPTY_THINK,
+    OPEN_THINK,
+    REASONING_EFFORTS,
+    TOOLS_PREAMBLE,
+    CallFields,
+    Msg,
+    Part,
+    load_messages,
+    parse_body,
+    trim_parts,
 )
-from tempering.renderers._messages import (
-    DETAIL_MAX_CHARS,
-    THINK_OR_TOOL_RE,
-    UNTERMINATED,
-    function_fields,
-    json_tool_call,
-    tool_call_arguments,
-    xml_function_call,
-)
-from tempering_protocols import Message, StopCondition, Tokenizer, ToolCall, TrainOnWhat
+from tempering.renderers.llama3 import parse_at_stop_token
+from tempering_protocols import Message, StopCondition, Tokenizer, TrainOnWhat
 
 __all__ = [
     "REASONING_EFFORTS",
@@ -55,238 +52,6 @@ __all__ = [
     "Qwen38DisableThinkingRenderer",
     "Qwen38Renderer",
 ]
-
-PartKind: TypeAlias = Literal["text", "thinking"]
-Part: TypeAlias = "tuple[PartKind, str]"
-
-_ROLES = ("system", "user", "assistant", "tool")
-_EMPTY_THINK = "<think>\n\n</think>\n\n"
-_OPEN_THINK = "<think>\n"
-
-REASONING_EFFORTS: dict[str, str] = {
-    "xhigh": (
-        "Reasoning effort is set to xhigh. Please think carefully through the task, "
-        "validate key assumptions, consider plausible alternatives, and prioritize "
-        "correctness, consistency, and clarity in the final answer."
-    ),
-    "medium": "",
-    "low": (
-        "Reasoning effort is set to low. Keep your thinking brief and focused, moving "
-        "directly to the conclusion without unnecessary elaboration."
-    ),
-}
-"""The sentence Qwen3.8's template puts before the system prompt for each ``reasoning_effort``
-(``medium`` adds none)."""
-
-_TOOLS_PREAMBLE = (
-    "# Tools\n\nYou have access to the following functions:\n\n<tools>\n{tools}\n</tools>\n\n"
-    "If you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
-    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
-    "</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\n"
-    "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\n"
-    "Reminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> "
-    "block must be nested within <tool_call></tool_call> XML tags\n"
-    "- Required parameters MUST be specified\n"
-    "- You may provide optional reasoning for your function call in natural language BEFORE the "
-    "function call, but NOT after\n"
-    "- If there is no function call available, answer the question like normal with your current "
-    "knowledge and do not tell the user about function calls\n</IMPORTANT>"
-)
-
-
-# ------------------------------------------------------------------------------ message loading
-
-
-@attrs.frozen
-class _Call:
-    name: str
-    arguments: dict[str, object]
-
-
-@attrs.frozen
-class _Msg:
-    """A message in one shape whatever format it came in.
-
-    ``plain`` is true when the content was a string with no thinking field: the cookbook then
-    looks for an inline ``<think>`` in it (Qwen3.5) where a parts list is asked for parts.
-    ``calls`` is ``None`` when the message has no ``tool_calls`` key at all. ``index`` is where
-    the message is in the caller's conversation (``None`` for a message the renderer added).
-    """
-
-    role: str
-    parts: tuple[Part, ...]
-    plain: bool
-    calls: tuple[_Call, ...] | None
-    source: Message
-    index: int | None
-
-
-def _parts(message: Mapping[str, object], where: str) -> tuple[tuple[Part, ...], bool]:
-    content = message.get("content")
-    thinking = message.get("thinking")
-    if thinking is not None and not isinstance(thinking, str):
-        raise TypeError(f"{where} has thinking of type {type(thinking).__name__}, not str")
-    out: list[Part] = []
-    if isinstance(content, str):
-        if thinking:
-            out.append(("thinking", thinking))
-        out.append(("text", content))
-        return tuple(out), not thinking
-    if not isinstance(content, list):
-        raise TypeError(f"{where} has content of type {type(content).__name__}, not str or a list of parts")
-    for k, raw in enumerate(cast("list[object]", content)):
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"{where}: content part {k} is a {type(raw).__name__}, not a dict")
-        part = cast("Mapping[str, object]", raw)
-        kind = part.get("type")
-        if kind in ("image", "image_url", "audio"):
-            raise ValueError(
-                f"{where}: content part {k} is an {kind} part; the Qwen3.5 renderers here are text "
-                "only (image chunks need the model's image processor)"
-            )
-        if kind not in ("text", "thinking"):
-            raise ValueError(f"{where}: content part {k} has unknown type {kind!r}")
-        value = part.get(str(kind))
-        if not isinstance(value, str):
-            raise TypeError(f"{where}: content part {k} ({kind}) has no str {kind!r} field")
-        out.append((kind, value))
-    if thinking:
-        if any(kind == "thinking" for kind, _ in out):
-            raise ValueError(f"{where} has both a thinking field and thinking parts; give one")
-        out.insert(0, ("thinking", thinking))
-    return tuple(out), False
-
-
-def _calls(message: Mapping[str, object], where: str) -> tuple[_Call, ...] | None:
-    """Tool calls in either format: ``{"name", "arguments"}`` or ``{"function": {...}}``."""
-    if "tool_calls" not in message:
-        return None
-    raw = message.get("tool_calls")
-    if not isinstance(raw, list):
-        raise TypeError(f"{where} has tool_calls of type {type(raw).__name__}, not a list")
-    out: list[_Call] = []
-    for k, item in enumerate(cast("list[object]", raw)):
-        if not isinstance(item, Mapping):
-            raise TypeError(f"{where}: tool call {k} is a {type(item).__name__}, not a mapping")
-        call = cast("Mapping[str, object]", item)
-        body = function_fields(call)
-        name = body.get("name")
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"{where}: tool call {k} has no str name: {dict(call)!r:.120}")
-        out.append(_Call(name, tool_call_arguments(body.get("arguments"), where, name)))
-    return tuple(out)
-
-
-def _load(messages: Sequence[Message]) -> list[_Msg]:
-    out: list[_Msg] = []
-    for i, message in enumerate(messages):
-        m = cast("Mapping[str, object]", message)
-        role = message["role"]
-        where = f"message {i} ({role})"
-        if role not in _ROLES:
-            raise ValueError(f"{where}: unknown role; the Qwen3.5 format has {', '.join(_ROLES)}")
-        parts, plain = _parts(m, where)
-        calls = _calls(m, where)
-        if calls and role != "assistant":
-            raise ValueError(f"{where} has tool_calls; only assistants call tools")
-        out.append(_Msg(role, parts, plain, calls, message, i))
-    return out
-
-
-def _trim(parts: Sequence[Part]) -> tuple[Part, ...]:
-    """The template's ``content|trim`` on the visible text, thinking parts left as they are.
-
-    Leading whitespace goes from the first text parts (up to the first that keeps something),
-    trailing whitespace from the last ones.
-    """
-    out = list(parts)
-    visible = [i for i, (kind, _) in enumerate(out) if kind == "text"]
-    for order, strip in ((visible, str.lstrip), (visible[::-1], str.rstrip)):
-        for i in order:
-            text = strip(out[i][1])
-            out[i] = ("text", text)
-            if text:
-                break
-    return tuple(out)
-
-
-# ------------------------------------------------------------------------------ parsing helpers
-
-
-def _json_call(inner: str, raw: str) -> dict[str, str] | tuple[str, str]:
-    """A Qwen3-style JSON tool call, or ``(raw_text, error)`` when the block is not one."""
-    call = json_tool_call(inner)
-    return (raw, call) if isinstance(call, str) else cast("dict[str, str]", call)
-
-
-def _xml_call(raw: str) -> dict[str, str] | tuple[str, str]:
-    """A Qwen3.5 ``<function=…><parameter=…>`` tool call, or ``(raw_text, error)``."""
-    call = xml_function_call(raw)
-    return (raw, call) if isinstance(call, str) else cast("dict[str, str]", call)
-
-
-def _parse_body(text: str) -> Message:
-    """Thinking, text and tool calls of a cleanly stopped response (its text before ``<|im_end|>``).
-
-    Think blocks lose their framing newlines and surrounding whitespace, an empty one is dropped,
-    and text right after a block loses its leading newlines. ``<tool_call>`` blocks are read as
-    Qwen3 JSON first, then as Qwen3.5 XML; what neither reads, or a block left open, is reported
-    in ``unparsed_tool_calls``.
-    """
-    message = Message(role="assistant", content=text)
-    if "<think>" not in text and "<tool_call>" not in text:
-        return message
-    thinking: list[str] = []
-    content: list[str] = []
-    json_calls: list[dict[str, str]] = []
-    failed: list[tuple[str, str]] = []
-    pos = 0
-    after_block = False
-    for match in THINK_OR_TOOL_RE.finditer(text):
-        before = text[pos : match.start()]
-        if before:
-            content.append(before.lstrip("\n") if after_block else before)
-            after_block = False
-        if match.group(1) is not None:
-            reasoning = match.group(1).strip("\n").strip()
-            if reasoning:
-                thinking.append(reasoning)
-            after_block = True
-        else:
-            result = _json_call(match.group(2), match.group(0))
-            if isinstance(result, dict):
-                json_calls.append(result)
-            else:
-                failed.append(result)
-        pos = match.end()
-    rest = text[pos:]
-    if rest:
-        content.append(rest.lstrip("\n") if after_block else rest)
-    if text.count("<tool_call>") > text.count("</tool_call>"):
-        dangling = text[text.rfind("<tool_call>") :][:DETAIL_MAX_CHARS]
-        failed.append((dangling, f"{UNTERMINATED}: '<tool_call>' opened without a matching '</tool_call>'"))
-    xml_calls: list[dict[str, str]] = []
-    unparsed: list[tuple[str, str]] = []
-    for raw, error in failed:
-        if error.startswith(UNTERMINATED) or "<function=" not in raw:
-            unparsed.append((raw, error))
-            continue
-        result = _xml_call(raw)
-        if isinstance(result, dict):
-            xml_calls.append(result)
-        else:
-            unparsed.append(result)
-    message["content"] = "".join(content)
-    if thinking:
-        message["thinking"] = "".join(thinking)
-    calls = [*json_calls, *xml_calls]
-    if calls:
-        message["tool_calls"] = [cast("ToolCall", c) for c in calls]
-    if unparsed:
-        extra = cast("dict[str, object]", message)
-        extra["unparsed_tool_calls"] = [{"raw_text": r, "error": e} for r, e in unparsed]
-    return message
-
 
 # ------------------------------------------------------------------------------ renderers
 
@@ -318,7 +83,7 @@ class Qwen35Renderer(BaseRenderer):
 
     name = "qwen3_5"
 
-    generation_tail: ClassVar[str] = _OPEN_THINK
+    generation_tail: ClassVar[str] = OPEN_THINK
     """What the generation prompt writes after ``<|im_start|>assistant\\n``."""
 
     def __init__(self, tokenizer: Tokenizer, *, strip_thinking_from_history: bool = True) -> None:
@@ -339,11 +104,11 @@ class Qwen35Renderer(BaseRenderer):
 
     # ----------------------------------------------------------- what the versions change
 
-    def _prepare(self, messages: Sequence[Message]) -> list[_Msg]:
+    def _prepare(self, messages: Sequence[Message]) -> list[Msg]:
         """The conversation as the template sees it (Qwen3.8 rewrites the system message)."""
-        return _load(messages)
+        return load_messages(messages)
 
-    def _strips_thinking(self, messages: Sequence[_Msg], index: int, last_user: int) -> bool:
+    def _strips_thinking(self, messages: Sequence[Msg], index: int, last_user: int) -> bool:
         """Qwen3.5 keeps thinking in the last message only, even an earlier turn after the last
         user message (a tool-calling turn): the cookbook keeps that over-stripping for the
         checkpoints trained on it, though the template would keep the thinking."""
@@ -353,7 +118,7 @@ class Qwen35Renderer(BaseRenderer):
             and index != len(messages) - 1
         )
 
-    def _header_think_block(self, message: _Msg, index: int, last_user: int) -> str:
+    def _header_think_block(self, message: Msg, index: int, last_user: int) -> str:
         """The empty think block an assistant header gets: after the last user message, when the
         turn did not reason (a thinking part, or an inline ``<think>`` in plain string content)."""
         if index <= last_user:
@@ -361,7 +126,7 @@ class Qwen35Renderer(BaseRenderer):
         reasoned = any(kind == "thinking" for kind, _ in message.parts) or (
             message.plain and "<think>" in message.parts[-1][1]
         )
-        return "" if reasoned else _EMPTY_THINK
+        return "" if reasoned else EMPTY_THINK
 
     def _argument_text(self, value: object) -> str:
         """Qwen3.5's template writes mappings and lists as JSON, scalars as Python's ``str``
@@ -372,7 +137,7 @@ class Qwen35Renderer(BaseRenderer):
 
     # ----------------------------------------------------------- rendering
 
-    def _tool_calls_text(self, parts: Sequence[Part], calls: Sequence[_Call]) -> str:
+    def _tool_calls_text(self, parts: Sequence[Part], calls: Sequence[CallFields]) -> str:
         blocks: list[str] = []
         for call in calls:
             lines = [f"<tool_call>\n<function={call.name}>"]
@@ -385,7 +150,7 @@ class Qwen35Renderer(BaseRenderer):
         visible = any(kind == "text" and text.strip() for kind, text in parts)
         return ("\n\n" if visible else "") + "\n".join(blocks)
 
-    def _message(self, messages: Sequence[_Msg], index: int, last_user: int) -> MessageParts:
+    def _message(self, messages: Sequence[Msg], index: int, last_user: int) -> MessageParts:
         message = messages[index]
         is_last = index == len(messages) - 1
         prev_tool = index > 0 and messages[index - 1].role == "tool"
@@ -393,7 +158,7 @@ class Qwen35Renderer(BaseRenderer):
         is_tool = message.role == "tool"
         newline: tuple[Piece, ...] = (self.constant("\n"),) if index > 0 else ()
 
-        parts = _trim(message.parts)
+        parts = trim_parts(message.parts)
         shown = parts
         if self._strips_thinking(messages, index, last_user):
             shown = tuple(p for p in parts if p[0] != "thinking")
@@ -452,7 +217,7 @@ class Qwen35Renderer(BaseRenderer):
         """
         content = system_prompt
         if tools:
-            declared = _TOOLS_PREAMBLE.format(tools="\n".join(json.dumps(dict(tool)) for tool in tools))
+            declared = TOOLS_PREAMBLE.format(tools="\n".join(json.dumps(dict(tool)) for tool in tools))
             content = f"{declared}\n\n{system_prompt}" if system_prompt else declared
         return [Message(role="system", content=content)]
 
@@ -470,19 +235,13 @@ class Qwen35Renderer(BaseRenderer):
             # ({"role": "assistant", "content": "4", "thinking": "2 and 2"}, STOP_SEQUENCE)
         """
         response = list(tokens)
-        opening = list(self.constant(_OPEN_THINK))
+        opening = list(self.constant(OPEN_THINK))
         if response[: len(opening)] != opening and self._think_close_id in response:
             response = opening + response
-        stops = response.count(self._im_end_id)
-        if stops > 1:
-            raise ValueError(
-                f"the response has {stops} <|im_end|> tokens; sampling should stop at the first "
-                "(use get_stop_sequences())"
-            )
-        if stops == 0:
-            return Message(role="assistant", content=self.decode(response)), ParseTermination.MALFORMED
-        text = self.decode(response[: response.index(self._im_end_id)])
-        return _parse_body(text), ParseTermination.STOP_SEQUENCE
+        text, termination = parse_at_stop_token(self, response, self._im_end_id, "<|im_end|>")
+        if not termination.is_clean:
+            return Message(role="assistant", content=text), termination
+        return parse_body(text), termination
 
 
 class Qwen35DisableThinkingRenderer(Qwen35Renderer):
@@ -499,7 +258,7 @@ class Qwen35DisableThinkingRenderer(Qwen35Renderer):
 
     name = "qwen3_5_disable_thinking"
     disables_thinking = True
-    generation_tail = _EMPTY_THINK
+    generation_tail = EMPTY_THINK
 
 
 class Qwen38Renderer(Qwen35Renderer):
@@ -540,8 +299,8 @@ class Qwen38Renderer(Qwen35Renderer):
         """The sentence put before the system prompt (none when thinking is off)."""
         return "" if self.disables_thinking else REASONING_EFFORTS[self.reasoning_effort]
 
-    def _prepare(self, messages: Sequence[Message]) -> list[_Msg]:
-        loaded = _load(messages)
+    def _prepare(self, messages: Sequence[Message]) -> list[Msg]:
+        loaded = load_messages(messages)
         head = self.instructions
         if loaded and loaded[0].role == "system":
             first, rest = loaded[0], loaded[1:]
@@ -561,9 +320,9 @@ class Qwen38Renderer(Qwen35Renderer):
         source = Message(role="system", content=head)
         if any("trainable" in m for m in messages):
             source["trainable"] = False
-        return [_Msg("system", (("text", head),), True, None, source, None), *loaded]
+        return [Msg("system", (("text", head),), True, None, source, None), *loaded]
 
-    def _strips_thinking(self, messages: Sequence[_Msg], index: int, last_user: int) -> bool:
+    def _strips_thinking(self, messages: Sequence[Msg], index: int, last_user: int) -> bool:
         return self.strip_thinking_from_history and messages[index].role == "assistant" and index <= last_user
 
     def _plan(self, messages: Sequence[Message], mode: TrainOnWhat):
@@ -586,10 +345,10 @@ class Qwen38Renderer(Qwen35Renderer):
             return attrs.evolve(plan, prompt=[], check_prompt=False)
         return attrs.evolve(plan, prompt=self._prompt_pieces(messages[:start]), check_prompt=True)
 
-    def _header_think_block(self, message: _Msg, index: int, last_user: int) -> str:
+    def _header_think_block(self, message: Msg, index: int, last_user: int) -> str:
         if self.strip_thinking_from_history and index <= last_user:
             return ""
-        return "" if any(kind == "thinking" for kind, _ in message.parts) else _EMPTY_THINK
+        return "" if any(kind == "thinking" for kind, _ in message.parts) else EMPTY_THINK
 
     def _argument_text(self, value: object) -> str:
         return value if isinstance(value, str) else json.dumps(value)
@@ -607,7 +366,7 @@ class Qwen38DisableThinkingRenderer(Qwen38Renderer):
 
     name = "qwen3_8_disable_thinking"
     disables_thinking = True
-    generation_tail = _EMPTY_THINK
+    generation_tail = EMPTY_THINK
 
 
 def _named(name: str, make: Callable[[Tokenizer], Qwen35Renderer]) -> Callable[[Tokenizer], BaseRenderer]:

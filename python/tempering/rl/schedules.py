@@ -83,6 +83,7 @@ async def as_completed(tasks: Sequence[asyncio.Future[GroupRollout]]) -> AsyncIt
         yield await next_done
 
 
+@attrs.define(eq=False)
 class AsyncGroups:
     """The ``async`` schedule: a producer that keeps sampling ahead of training (at most
     ``max_steps_off_policy`` steps), and the queue its finished groups wait in.
@@ -91,29 +92,26 @@ class AsyncGroups:
     builders; ``steps`` the steps this process runs.
     """
 
-    def __init__(
-        self,
-        prepare_rollout: PrepareRollout,
-        batch: Callable[[int], Sequence[EnvGroupBuilder]],
-        *,
-        max_steps_off_policy: int,
-        stale_policy: Literal["drop", "resample"],
-        steps: range,
-    ) -> None:
-        self._prepare_rollout = prepare_rollout
-        self._batch = batch
-        self.max_steps_off_policy = max_steps_off_policy
-        self.stale_policy = stale_policy
-        self.steps = steps
-        self.stale = StaleGroupFilter(max_steps_off_policy)
-        self.queue: asyncio.Queue[tuple[GroupRollout, int, int]] = asyncio.Queue()
-        """Finished groups, with the step whose batch they came from and their resample count."""
-        self.in_flight = 0
-        self.producer: asyncio.Task[None] | None = None
-        self.trained = asyncio.Condition()
-        self.steps_submitted = steps.start
-        self.starved = False
-        self.tasks: set[asyncio.Task[None]] = set()
+    _prepare_rollout: PrepareRollout
+    _batch: Callable[[int], Sequence[EnvGroupBuilder]]
+    max_steps_off_policy: int = attrs.field(kw_only=True)
+    stale_policy: Literal["drop", "resample"] = attrs.field(kw_only=True)
+    steps: range = attrs.field(kw_only=True)
+    stale: StaleGroupFilter = attrs.field(init=False)
+    queue: asyncio.Queue[tuple[GroupRollout, int, int]] = attrs.field(
+        init=False, factory=lambda: asyncio.Queue[tuple[GroupRollout, int, int]]()
+    )
+    """Finished groups, with the step whose batch they came from and their resample count."""
+    in_flight: int = attrs.field(init=False, default=0)
+    producer: asyncio.Task[None] | None = attrs.field(init=False, default=None)
+    trained: asyncio.Condition = attrs.field(init=False, factory=asyncio.Condition)
+    steps_submitted: int = attrs.field(init=False)
+    starved: bool = attrs.field(init=False, default=False)
+    tasks: set[asyncio.Task[None]] = attrs.field(init=False, factory=lambda: set[asyncio.Task[None]]())
+
+    def __attrs_post_init__(self) -> None:
+        self.stale = StaleGroupFilter(self.max_steps_off_policy)
+        self.steps_submitted = self.steps.start
 
     def start(self) -> None:
         """Start the producer (call from the event loop)."""

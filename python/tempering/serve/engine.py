@@ -12,13 +12,8 @@ A base model is loaded once per directory and shared: each LoRA training client 
 structural copy of it whose frozen base parameters are the same tensors, and a sampler of the
 base model samples from it directly (nothing ever writes to the base weights).
 
-Sequence numbers: the SDK numbers each training client's requests 1, 2, 3, ... (``seq_id``),
-and may resend a request after a connection error. A request is executed once, in ``seq_id``
-order: a resend gets the future id of the first copy, and a request that arrives ahead of a gap
-waits for it (for at most :data:`GAP_TIMEOUT_S`, after which the waiting requests run in order
-and a warning is logged: a request the SDK reserved but never sent must not hang the model).
-A request refused with a 4xx before it is queued uses up its number all the same (the SDK never
-resends it), so the requests behind it don't wait for it.
+Sequence numbers (``seq_id``): each request runs once, in the SDK's order; see
+:class:`tempering.serve.state.TrainingModel`.
 
 Idle sessions: the SDK heartbeats every 10 s while its client lives. A session that has sent
 nothing for the session TTL (``tempering serve --session-ttl-s``) belongs to a client that exited
@@ -30,18 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import logging
 import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Generator
 from concurrent.futures import Future as ConcurrentFuture
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeAlias, TypeVar
 
 import tinker
 from tinker import types as ttypes
@@ -53,6 +43,24 @@ from tempering.local.loader import LoraShape, ModelLoader
 from tempering.local.model import Placement, resolve_model_dir, resolve_placement
 from tempering.local.sampling import LocalSamplingClient
 from tempering.local.training import LocalTrainingClient
+from tempering.serve.state import (
+    DEFAULT_SESSION_TTL_S,
+    GAP_TIMEOUT_S,
+    TINKER_SCHEME,
+    FutureTable,
+    Payload,
+    RequestError,
+    Sampler,
+    TrainingModel,
+    call_on_loop,
+    check_sample_request,
+    error_category,
+    forward_outcome,
+    log,
+    remember,
+    to_local_path,
+    to_tinker_path,
+)
 from tempering.serve.wire import (
     ForwardBackwardCall,
     WireError,
@@ -70,127 +78,6 @@ __all__ = [
     "error_category",
     "to_local_path",
 ]
-
-log = logging.getLogger("tempering.serve")
-
-GAP_TIMEOUT_S = 10.0
-"""How long a training request that arrived ahead of a missing ``seq_id`` waits for it."""
-
-DEFAULT_SESSION_TTL_S = 600.0
-"""A session that sends nothing (not even the SDK's heartbeat, every 10 s) for this long expires."""
-
-_FUTURES_KEPT = 4096
-"""Finished futures kept for polling (oldest dropped first); unfinished ones are always kept."""
-
-_DEDUP_KEPT = 1024
-"""Sequence numbers remembered per model or sampler for recognising resent requests."""
-
-TINKER_SCHEME = "tinker://"
-
-Payload: TypeAlias = tuple[Literal["json"], dict[str, object]] | tuple[Literal["proto"], bytes]
-"""A finished request's result as it goes on the wire: a JSON object or protobuf bytes."""
-
-_T = TypeVar("_T")
-
-
-class RequestError(Exception):
-    """A request the server refuses at once, answered with ``status`` and a JSON message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def error_category(exc: BaseException) -> Literal["user", "server"]:
-    """Whether a failed request was the caller's mistake (bad data, unknown checkpoint, ...)."""
-    user = (LocalEngineError, WireError, ValueError, TypeError, KeyError, FileNotFoundError)
-    return "user" if isinstance(exc, user) else "server"
-
-
-def to_local_path(path: str) -> str:
-    """A ``tinker://`` path handed out by this server as the local store's ``tempering://`` path."""
-    if path.startswith(TINKER_SCHEME):
-        return SCHEME + path[len(TINKER_SCHEME) :]
-    raise RequestError(400, f"{path!r}: checkpoint paths start with {TINKER_SCHEME}")
-
-
-def _to_tinker_path(path: str) -> str:
-    return TINKER_SCHEME + path[len(SCHEME) :] if path.startswith(SCHEME) else path
-
-
-def _forward(source: ConcurrentFuture[_T], target: ConcurrentFuture[_T]) -> None:
-    """Copy ``source``'s outcome into ``target`` when it arrives."""
-
-    def done(f: ConcurrentFuture[_T]) -> None:
-        error = f.exception()
-        if error is not None:
-            target.set_exception(error)
-        else:
-            target.set_result(f.result())
-
-    source.add_done_callback(done)
-
-
-class FutureTable:
-    """Request ids and the futures behind them, for ``/retrieve_future``."""
-
-    def __init__(self) -> None:
-        self._futures: OrderedDict[str, ConcurrentFuture[Payload]] = OrderedDict()
-        self._ids = itertools.count(1)
-
-    def add(self, future: ConcurrentFuture[Payload]) -> str:
-        request_id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
-        self._futures[request_id] = future
-        if len(self._futures) > _FUTURES_KEPT:
-            for old in [k for k, f in self._futures.items() if f.done()][
-                : len(self._futures) - _FUTURES_KEPT
-            ]:
-                del self._futures[old]
-        return request_id
-
-    def get(self, request_id: str) -> ConcurrentFuture[Payload] | None:
-        return self._futures.get(request_id)
-
-
-@dataclass
-class TrainingModel:
-    """One training client of the SDK: its ordered queue and its ``seq_id`` bookkeeping."""
-
-    model_id: str
-    session_id: str
-    queue: Worker
-    created: ConcurrentFuture[LocalTrainingClient]
-    create_request_id: str = ""
-    next_seq: int = 1
-    seen: OrderedDict[int, str] = field(default_factory=lambda: OrderedDict[int, str]())
-    waiting: dict[int, Callable[[], None]] = field(default_factory=lambda: dict[int, Callable[[], None]]())
-    gap_timer: asyncio.TimerHandle | None = None
-
-    def trainer(self) -> LocalTrainingClient:
-        """The built client (call on the queue, after the creation job)."""
-        return self.created.result()
-
-
-@dataclass
-class Sampler:
-    """One sampling session: a local sampling client and what ``/samplers/{id}`` reports."""
-
-    sampler_id: str
-    session_id: str
-    client: LocalSamplingClient
-    base_model: str
-    model_path: str | None
-    shared: bool
-    seen: OrderedDict[int, tuple[str, list[str]]] = field(
-        default_factory=lambda: OrderedDict[int, tuple[str, list[str]]]()
-    )
-
-
-def _remember(seen: OrderedDict[int, _T], key: int, value: _T) -> None:
-    seen[key] = value
-    while len(seen) > _DEDUP_KEPT:
-        seen.popitem(last=False)
 
 
 class Engine:
@@ -371,7 +258,7 @@ class Engine:
             request.session_id,
             request.model_seq_id,
             lambda: self.loader.trainer_from_checkpoint(
-                path, with_optimizer=with_optimizer, shown_as=_to_tinker_path(path)
+                path, with_optimizer=with_optimizer, shown_as=to_tinker_path(path)
             ),
             lambda: ("json", {"path": tinker_path, "model_id": model_id, "type": "load_weights"}),
         )
@@ -391,15 +278,7 @@ class Engine:
         queue = Worker("serve-model")
         created = queue.submit(build).future()
         payload: ConcurrentFuture[Payload] = ConcurrentFuture()
-
-        def done(f: ConcurrentFuture[LocalTrainingClient]) -> None:
-            error = f.exception()
-            if error is not None:
-                payload.set_exception(error)
-            else:
-                payload.set_result(answer())
-
-        created.add_done_callback(done)
+        forward_outcome(created, payload, lambda _: answer())
         model = TrainingModel(model_id=model_id, session_id=session_id, queue=queue, created=created)
         model.create_request_id = self.futures.add(payload)
         self.models[model_id] = model
@@ -424,27 +303,14 @@ class Engine:
         request_id = self.futures.add(result)
 
         def dispatch() -> None:
-            _forward(model.queue.submit(lambda: job(model.trainer())).future(), result)
+            forward_outcome(model.queue.submit(lambda: job(model.trainer())).future(), result, lambda p: p)
 
         if seq_id is None:
             dispatch()
             return request_id
-        _remember(model.seen, seq_id, request_id)
-        self._in_order(model, seq_id, dispatch)
+        remember(model.seen, seq_id, request_id)
+        model.in_order(seq_id, dispatch)
         return request_id
-
-    def _in_order(self, model: TrainingModel, seq_id: int, dispatch: Callable[[], None]) -> None:
-        """Run ``dispatch`` now if ``seq_id`` is next (or late), else once the gap before it closes."""
-        if seq_id > model.next_seq:
-            model.waiting[seq_id] = dispatch
-            if model.gap_timer is None:
-                loop = asyncio.get_running_loop()
-                model.gap_timer = loop.call_later(GAP_TIMEOUT_S, self._close_gap, model)
-            return
-        dispatch()
-        if seq_id == model.next_seq:
-            model.next_seq += 1
-            self._drain(model)
 
     def refused(self, model_id: str | None, seq_id: int | None) -> None:
         """A request numbered ``seq_id`` for ``model_id`` was refused (4xx) before it was queued.
@@ -456,7 +322,7 @@ class Engine:
         model = self.models.get(model_id) if model_id is not None else None
         if model is None or seq_id is None or seq_id in model.seen or seq_id < model.next_seq:
             return
-        self._in_order(model, seq_id, lambda: None)
+        model.in_order(seq_id, lambda: None)
 
     @contextlib.contextmanager
     def refusals_consume(self, model_id: str | None, seq_id: int | None) -> Generator[None]:
@@ -466,31 +332,6 @@ class Engine:
         except (RequestError, WireError):
             self.refused(model_id, seq_id)
             raise
-
-    def _drain(self, model: TrainingModel) -> None:
-        while model.next_seq in model.waiting:
-            model.waiting.pop(model.next_seq)()
-            model.next_seq += 1
-        if not model.waiting and model.gap_timer is not None:
-            model.gap_timer.cancel()
-            model.gap_timer = None
-
-    def _close_gap(self, model: TrainingModel) -> None:
-        model.gap_timer = None
-        if not model.waiting:
-            return
-        first = min(model.waiting)
-        log.warning(
-            "model %s: seq_id %d never arrived after %.0f s; running %d waiting request(s) in order",
-            model.model_id,
-            model.next_seq,
-            GAP_TIMEOUT_S,
-            len(model.waiting),
-        )
-        model.next_seq = first
-        self._drain(model)
-        if model.waiting:
-            model.gap_timer = asyncio.get_running_loop().call_later(GAP_TIMEOUT_S, self._close_gap, model)
 
     # ---- training requests ---------------------------------------------------------------------
 
@@ -529,7 +370,7 @@ class Engine:
             # one name queued back to back are caught too; the refusal writes nothing.
             checkpoint = name or f"state-{uuid.uuid4().hex[:12]}"
             response = trainer.save_state(checkpoint, overwrite=overwrite).result()
-            return ("json", {"path": _to_tinker_path(response.path), "type": "save_weights"})
+            return ("json", {"path": to_tinker_path(response.path), "type": "save_weights"})
 
         return self.submit_ordered(request.model_id, request.seq_id, job)
 
@@ -540,7 +381,7 @@ class Engine:
 
             def save(trainer: LocalTrainingClient) -> Payload:
                 response = trainer.save_weights_for_sampler(name).result()
-                return ("json", {"path": _to_tinker_path(response.path), "type": "save_weights_for_sampler"})
+                return ("json", {"path": to_tinker_path(response.path), "type": "save_weights_for_sampler"})
 
             return self.submit_ordered(request.model_id, request.seq_id, save)
         if request.sampling_session_seq_id is None:
@@ -555,26 +396,11 @@ class Engine:
             client = LocalSamplingClient(trainer.snapshot())
             base = str(trainer.spec.model_dir)
             sampler = Sampler(sampler_id, model.session_id, client, base, None, shared=False)
-            self._loop_call(lambda: self.samplers.__setitem__(sampler_id, sampler))
+            assert self.loop is not None, "Engine.attach(loop) was not called"
+            call_on_loop(self.loop, lambda: self.samplers.__setitem__(sampler_id, sampler))
             return ("json", {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"})
 
         return self.submit_ordered(request.model_id, request.seq_id, snapshot)
-
-    def _loop_call(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the event loop and wait for it (called from a worker thread), so that
-        the sampler exists before the future that names it completes."""
-        done: ConcurrentFuture[None] = ConcurrentFuture()
-
-        def run() -> None:
-            try:
-                fn()
-                done.set_result(None)
-            except BaseException as exc:
-                done.set_exception(exc)
-
-        assert self.loop is not None, "Engine.attach(loop) was not called"
-        self.loop.call_soon_threadsafe(run)
-        done.result(timeout=30)
 
     def load_state(self, request: ttypes.LoadWeightsRequest) -> str:
         assert request.model_id is not None
@@ -646,17 +472,7 @@ class Engine:
     def sample(self, request: ttypes.SampleRequest) -> tuple[str, list[str]]:
         if request.sampling_session_id is None:
             raise RequestError(400, "asample: the local server samples through sampling sessions only")
-        for name, value in (
-            ("topk_prompt_logprobs", request.topk_prompt_logprobs),
-            ("topk_sample_logprobs", request.topk_sample_logprobs),
-            ("prompt_alt_tokens_k", request.prompt_alt_tokens_k),
-        ):
-            if value:
-                raise RequestError(400, f"asample: {name} is not supported by the local server")
-        if request.target_prompt_logprobs is not None or request.prompt_logprobs_last_n is not None:
-            raise RequestError(
-                400, "asample: target_prompt_logprobs and prompt_logprobs_last_n are not supported locally"
-            )
+        check_sample_request(request)
         sampler = self.sampler(request.sampling_session_id)
         seq = request.seq_id
         if seq is not None and seq in sampler.seen:
@@ -668,22 +484,11 @@ class Engine:
             error = local.exception()
             raise RequestError(400, f"asample: {error}")
         result: ConcurrentFuture[Payload] = ConcurrentFuture()
-
-        def done(f: ConcurrentFuture[ttypes.SampleResponse]) -> None:
-            error = f.exception()
-            if error is not None:
-                result.set_exception(error)
-                return
-            try:
-                result.set_result(("proto", encode_sample_response(f.result())))
-            except Exception as exc:
-                result.set_exception(exc)
-
-        local.add_done_callback(done)
+        forward_outcome(local, result, lambda response: ("proto", encode_sample_response(response)))
         request_id = self.futures.add(result)
         ids = [f"{sampler.sampler_id}:{seq}:{i}" for i in range(request.num_samples)]
         if seq is not None:
-            _remember(sampler.seen, seq, (request_id, ids))
+            remember(sampler.seen, seq, (request_id, ids))
         return request_id, ids
 
     def close(self) -> None:
