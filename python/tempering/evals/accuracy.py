@@ -95,6 +95,14 @@ class EvalRecord:
     accuracy_ci95: tuple[float, float] = (0.0, 1.0)
     greedy_accuracy_ci95: tuple[float, float] = (0.0, 1.0)
 
+    def figures(self, name: str) -> dict[str, float]:
+        """``{<name>_accuracy, <name>_greedy_accuracy}``, e.g. for a recipe's ``summary.json``."""
+        return {f"{name}_accuracy": self.accuracy, f"{name}_greedy_accuracy": self.greedy_accuracy}
+
+    def intervals(self, name: str) -> dict[str, tuple[float, float]]:
+        """The 95% Wilson intervals of :meth:`figures`, under the same names."""
+        return {f"{name}_accuracy": self.accuracy_ci95, f"{name}_greedy_accuracy": self.greedy_accuracy_ci95}
+
 
 @attrs.define
 class AccuracyEvaluator:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +35,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TINY_MODEL",
+    "RecipeConfig",
     "RecipeResult",
     "close_service",
     "default_learning_rate",
     "default_lora_rank",
     "finish",
     "fresh_model",
-    "metric",
     "prepare_run_dir",
     "recipe_service",
     "require_positive",
@@ -49,6 +49,32 @@ __all__ = [
 
 TINY_MODEL = "tempering/tiny"
 """The local engine's built-in model (the recipes' default ``base_model``)."""
+
+
+@attrs.frozen(kw_only=True)
+class RecipeConfig:
+    """The flags every recipe has; a recipe's config subclasses it (``@attrs.frozen(kw_only=True)``)
+    and adds its own.
+
+    Example::
+
+        @attrs.frozen(kw_only=True)
+        class MyRecipe(RecipeConfig):
+            steps: int = 100
+    """
+
+    out: str | None = None
+    """Run directory (replaced if it exists); default ``runs/<recipe>-<timestamp>``."""
+    base_model: str = TINY_MODEL
+    """The model to start from (default: the local engine's tiny model)."""
+    renderer_name: str | None = None
+    """The chat format of ``base_model`` (``tempering.renderers.RENDERERS``); default: the model's."""
+    lora_rank: int | None = None
+    """LoRA rank; default 0 (full fine-tuning) for the tiny model on the local engine, else 32."""
+    seed: int = 0
+    """Seeds the data split and order, the initialisation and the sampling."""
+    progress: bool = True
+    """Show the progress bars."""
 
 
 @attrs.frozen
@@ -115,7 +141,9 @@ def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
     return 0 if base_model == TINY_MODEL and not uses_hosted_service() else 32
 
 
-def fresh_model(config: Any, *, seed: int | None = None, base_model: str | None = None) -> ModelConfig:
+def fresh_model(
+    config: RecipeConfig, *, seed: int | None = None, base_model: str | None = None
+) -> ModelConfig:
     """The ``ModelConfig`` of a stage that starts from a recipe's ``base_model`` itself (or
     ``base_model``), with the recipe's ``renderer_name``, its ``seed`` (or ``seed``) and its
     ``lora_rank`` resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
@@ -185,12 +213,3 @@ def default_learning_rate(
         return get_lr(base_model, lora=True)
     except (UnknownModelError, NotImplementedError):
         return 2e-4
-
-
-def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:
-    """The last value of ``key`` in a run's metrics lines; ``KeyError`` if no line has it."""
-    for line in reversed(lines):
-        value = line.get(key)
-        if isinstance(value, int | float):
-            return float(value)
-    raise KeyError(f"no metrics line has {key!r}")

@@ -36,18 +36,16 @@ from __future__ import annotations
 import attrs
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
-from tempering.backend import ModelConfig
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, format_replies, held_out_replies, replies_json
 from tempering.recipes._common import (
-    TINY_MODEL,
+    RecipeConfig,
     RecipeResult,
     default_learning_rate,
     fresh_model,
-    metric,
     require_positive,
 )
-from tempering.recipes.stages import RecipeSession, SFTStage, recipe_session, sft_stage
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, recipe_session, sft_stage
 from tempering.renderers import get_renderer
 from tempering.training import TrainResult
 
@@ -86,31 +84,29 @@ class ChatSFTOutcome:
 
 
 async def train_chat_sft(
-    session: RecipeSession,
-    stage: SFTStage,
-    *,
-    model: ModelConfig,
-    train_path: str,
-    test_path: str,
-    seed: int,
-    max_tokens: int = 16,
-    n_show: int = 5,
+    session: RecipeSession, stage: SFTStage, *, train_path: str, test_path: str
 ) -> ChatSFTOutcome:
     """The SFT stage into ``<run dir>/sft``: ``stage`` (linear decay after at most 10 warmup
-    steps) on the chats at ``train_path``, evaluated as the module docstring says on the
-    held-out chats at ``test_path``. The ``dpo`` and ``rlhf`` recipes start with it.
+    steps) of the fresh model of ``session.config`` (its ``base_model``, ``lora_rank``, ``seed``,
+    ``renderer_name``) on the chats at ``train_path``, evaluated as the module docstring says on
+    the held-out chats at ``test_path`` (replies of at most ``config.max_tokens`` tokens, the
+    first ``config.show`` kept). The ``dpo`` and ``rlhf`` recipes start with it.
 
     Example::
 
-        outcome = await train_chat_sft(session, SFTStage(100, 16, 2e-3, eval_every=50), model=model,
-                                       train_path=train, test_path=test, seed=0)
+        outcome = await train_chat_sft(session, SFTStage(100, 16, 2e-3, eval_every=50),
+                                       train_path=train, test_path=test)
         outcome.state_path    # init_state of the next stage
     """
+    config, model = session.config, fresh_model(session.config)
+    seed: int = config.seed
     test_items = held_out_replies(load_chat(resolve_data_path(test_path)).items)
     if not test_items:
         raise ValueError(f"{test_path}: no conversation ends with an assistant message to compare against")
     renderer = get_renderer(model.renderer(), model.tokenizer())
-    replies = ReplyEvaluator(test_items, renderer, max_tokens=max_tokens, n_show=n_show, seed=seed)
+    replies = ReplyEvaluator(
+        test_items, renderer, max_tokens=config.max_tokens, n_show=config.show, seed=seed
+    )
     stage = attrs.evolve(stage, schedule="linear", max_warmup_steps=10)
     session.say(f"SFT, {stage.steps} steps of {stage.batch_size} conversations -> {session.run_dir / 'sft'}")
     result = await sft_stage(
@@ -122,7 +118,7 @@ async def train_chat_sft(
 
 
 @attrs.frozen(kw_only=True)
-class ChatSFTRecipe:
+class ChatSFTRecipe(RecipeConfig):
     """Supervised fine-tuning on chat conversations, with held-out NLL and exact-match replies
     before and after; see the module docstring. Calling it (``await recipe()``) runs it.
 
@@ -132,15 +128,6 @@ class ChatSFTRecipe:
         result.figures["exact_match_after"]
     """
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/chat-sft-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    """The chat format of ``base_model`` (``tempering.renderers.RENDERERS``)."""
-    lora_rank: int | None = None
-    """LoRA rank; default 0 (full fine-tuning) for the tiny model on the local engine, else 32."""
-    seed: int = 0
-    """Seeds the batch order and the LoRA initialisation."""
     train_path: str = ASSET_PREFIX + "arithmetic_chat.jsonl"
     """Training conversations (``tempering-assets:<name>`` names a shipped file)."""
     test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
@@ -157,8 +144,6 @@ class ChatSFTRecipe:
     """Longest reply sampled in the evaluation."""
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
-    progress: bool = True
-    """Show the progress bar."""
 
     def __attrs_post_init__(self) -> None:
         require_positive(
@@ -168,11 +153,8 @@ class ChatSFTRecipe:
     async def __call__(self) -> RecipeResult:
         async with recipe_session("chat-sft", self) as s:
             lr = default_learning_rate(self.base_model, self.learning_rate)
-            outcome = await train_chat_sft(
-                s, SFTStage.of(self, "", learning_rate=lr), model=fresh_model(self),
-                train_path=self.train_path, test_path=self.test_path, seed=self.seed,
-                max_tokens=self.max_tokens, n_show=self.show,
-            )  # fmt: skip
+            stage = SFTStage.of(self, "", learning_rate=lr)
+            outcome = await train_chat_sft(s, stage, train_path=self.train_path, test_path=self.test_path)
             print(format_replies(outcome.before, outcome.after))
             figures = {
                 "test_nll_before": outcome.test_nll_before,

@@ -49,7 +49,8 @@ import attrs
 
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
-from tempering.evals.accuracy import AccuracyEvaluator, EvalRecord
+from tempering.evals.accuracy import AccuracyEvaluator
+from tempering.evals.accuracy_report import plot_curves, write_html_report
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
@@ -191,13 +192,9 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
     # evaluator (same problems, same seeds, rollouts kept for the report); the loop's own
     # held-out pass runs once, at the end.
     task = ArithmeticProblems(
-        base_model=_BASE_MODEL,
-        seed=config.seed,
-        n_test=config.n_test,
-        batch_size=config.rl_batch_size,
-        group_size=config.group_size,
-        test_group_size=config.eval_samples,
-    )
+        base_model=_BASE_MODEL, seed=config.seed, n_test=config.n_test, batch_size=config.rl_batch_size,
+        group_size=config.group_size, test_group_size=config.eval_samples,
+    )  # fmt: skip
     print(
         f"tempering demo: RL, {config.rl_steps} steps of {config.rl_batch_size} problems x "
         f"{config.group_size} samples -> {out / 'rl'}"
@@ -220,23 +217,9 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
         attrs.evolve(r, step=config.sft_steps + st)
         for r, st in zip(rl_eval.records, rl_steps_evaluated, strict=True)
     ]
-    return _outputs(config, s, sft.metrics, list(rl.metrics), sft_records, rl_records, threads)
 
-
-def _outputs(
-    config: DemoConfig,
-    s: RecipeSession,
-    sft_lines: Sequence[Mapping[str, Any]],
-    rl_lines: Sequence[Mapping[str, Any]],
-    sft_records: Sequence[EvalRecord],
-    rl_records: Sequence[EvalRecord],
-    threads: int,
-) -> DemoSummary:
-    """``metrics.jsonl``, ``curves.png``, ``report.html`` and ``summary.json``."""
-    from tempering.recipes.report import plot_curves, write_html_report
-
-    out = s.run_dir
-    lines = _combine("sft", 0, sft_lines) + _combine("rl", config.sft_steps, rl_lines)
+    # 5. metrics.jsonl, curves.png, report.html and summary.json
+    lines = _combine("sft", 0, sft.metrics) + _combine("rl", config.sft_steps, list(rl.metrics))
     with (out / "metrics.jsonl").open("w", encoding="utf-8") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
@@ -245,18 +228,8 @@ def _outputs(
     points += [("rl", config.sft_steps, sft_final.accuracy, sft_final.greedy_accuracy)]
     points += [("rl", r.step, r.accuracy, r.greedy_accuracy) for r in rl_records]
     plot_curves(lines, out / "curves.png", sft_steps=config.sft_steps, accuracy_points=points)
-    figures = {
-        "sft_accuracy": sft_final.accuracy,
-        "rl_accuracy": rl_final.accuracy,
-        "sft_greedy_accuracy": sft_final.greedy_accuracy,
-        "rl_greedy_accuracy": rl_final.greedy_accuracy,
-    }
-    ci95 = {
-        "sft_accuracy": sft_final.accuracy_ci95,
-        "rl_accuracy": rl_final.accuracy_ci95,
-        "sft_greedy_accuracy": sft_final.greedy_accuracy_ci95,
-        "rl_greedy_accuracy": rl_final.greedy_accuracy_ci95,
-    }
+    figures = sft_final.figures("sft") | rl_final.figures("rl")
+    ci95 = sft_final.intervals("sft") | rl_final.intervals("rl")
     extra = {"n_test": config.n_test, "eval_samples": config.eval_samples, "torch_threads": threads}
     result = s.finish(figures, extra, ci95=ci95)
     write_html_report([*sft_records, *rl_records], out / "report.html", summary=result.figures, ci95=ci95)

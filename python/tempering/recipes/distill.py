@@ -59,7 +59,7 @@ from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.reverse_kl import heldout_reverse_kl
 from tempering.model_info import resolve_renderer_name
-from tempering.recipes._common import TINY_MODEL, RecipeResult, default_lora_rank, fresh_model
+from tempering.recipes._common import TINY_MODEL, RecipeConfig, RecipeResult, default_lora_rank, fresh_model
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.training.checkpoints import open_sampler, sampler_weights
@@ -69,7 +69,7 @@ __all__ = ["OnPolicyDistillRecipe"]
 
 
 @attrs.frozen(kw_only=True)
-class OnPolicyDistillRecipe:
+class OnPolicyDistillRecipe(RecipeConfig):
     """On-policy distillation on arithmetic; ``await recipe()`` runs it (module docstring).
 
     The defaults train a teacher (1,500 SFT steps on the whole training split), warm-start a
@@ -82,25 +82,14 @@ class OnPolicyDistillRecipe:
         result.figures["student_after_accuracy"]
     """
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/distill-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    """The student's base model."""
     teacher_model: str | None = None
     """The teacher's base model when the recipe trains the teacher (default ``base_model``);
     with ``--teacher`` it is recorded only. Must share ``base_model``'s tokenizer."""
-    renderer_name: str | None = None
-    """Chat format of both models (``tempering.renderers``)."""
-    lora_rank: int | None = None
-    """LoRA rank of the student (and of a teacher the recipe trains); ``None``: 0 (full
-    fine-tuning) for the tiny model on the local engine, else 32 (``default_lora_rank``)."""
     teacher: str | None = None
     """The teacher: a run directory (its last ``checkpoints.jsonl`` entry), a sampler-weights
     path or a ``save_state`` path. ``None``: train one by SFT (stage 2)."""
     student_init_state: str | None = None
     """Start the student from these ``save_state`` weights instead of a fresh model."""
-    seed: int = 0
-    """Seeds the split, data order, the teacher's SFT and every sampling request."""
     student_seed: int = 1
     """Initialises the fresh student (tiny model weights, or its LoRA adapter)."""
     n_test: int = 200
@@ -134,14 +123,12 @@ class OnPolicyDistillRecipe:
     """Weight of the exact-match task reward (0: pure distillation, no answers used)."""
     max_tokens: int = 8
     """Tokens per sampled answer (the answers are at most 4 tokens and the end of turn)."""
-    progress: bool = True
-    """Show the trainers' progress bars."""
 
     def __attrs_post_init__(self) -> None:
         for name in ("teacher_batch_size", "warmup_batch_size", "distill_steps", "batch_size", "group_size"):
             _positive(name, getattr(self, name))
         for name in ("teacher_steps", "warmup_steps", "warmup_problems", "eval_samples", "max_tokens"):
-            _non_negative(name, getattr(self, name))
+            _positive(name, getattr(self, name), 0)
         _positive("eval_samples", self.eval_samples)
         _positive("max_tokens", self.max_tokens)
         if self.teacher is None:
@@ -173,14 +160,9 @@ class OnPolicyDistillRecipe:
             return await _stages(self, s, teacher_base)
 
 
-def _positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"OnPolicyDistillRecipe.{name} must be >= 1, got {value}")
-
-
-def _non_negative(name: str, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"OnPolicyDistillRecipe.{name} must be >= 0, got {value}")
+def _positive(name: str, value: int, minimum: int = 1) -> None:
+    if value < minimum:
+        raise ValueError(f"OnPolicyDistillRecipe.{name} must be >= {minimum}, got {value}")
 
 
 async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base: str) -> RecipeResult:
@@ -252,10 +234,8 @@ async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base:
             test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=name, seed=config.seed
         )
         await accuracy(client)
-        record = accuracy.records[-1]
-        figures[f"{name}_accuracy"], ci95[f"{name}_accuracy"] = record.accuracy, record.accuracy_ci95
-        figures[f"{name}_greedy_accuracy"] = record.greedy_accuracy
-        ci95[f"{name}_greedy_accuracy"] = record.greedy_accuracy_ci95
+        figures.update(accuracy.records[-1].figures(name))
+        ci95.update(accuracy.records[-1].intervals(name))
         if name != "teacher":
             figures[f"{name}_heldout_reverse_kl"] = await heldout_reverse_kl(
                 client, teacher, test_problems, renderer,
@@ -267,15 +247,10 @@ async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base:
 
     # 4. on-policy distillation
     task = ArithmeticProblems(
-        base_model=student_base,
-        renderer_name=config.renderer_name,
-        seed=config.seed,
-        n_test=config.n_test,
-        batch_size=config.batch_size,
-        group_size=config.group_size,
-        test_group_size=0,
+        base_model=student_base, renderer_name=config.renderer_name, seed=config.seed, n_test=config.n_test,
+        batch_size=config.batch_size, group_size=config.group_size, test_group_size=0,
         reward_coef=config.reward_coef,
-    )
+    )  # fmt: skip
     s.say(
         f"distillation, {config.distill_steps} steps of {config.batch_size} prompts x {config.group_size} "
         f"samples -> {s.run_dir / 'distill'}"

@@ -58,15 +58,13 @@ from tempering.model_info import resolve_renderer_name
 from tempering.preference import ComparisonData, DPOConfig
 from tempering.preference.evaluation import chosen_answers, pair_logprobs
 from tempering.recipes._common import (
-    TINY_MODEL,
+    RecipeConfig,
     RecipeResult,
     default_learning_rate,
-    fresh_model,
-    metric,
     require_positive,
 )
 from tempering.recipes.chat_sft import train_chat_sft
-from tempering.recipes.stages import RecipeSession, SFTStage, recipe_session
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, recipe_session
 from tempering.renderers import get_renderer
 from tempering.training import RunDir
 from tempering_protocols import LabeledComparison, Renderer
@@ -88,20 +86,10 @@ def split_pairs(data: ComparisonData, owner: str, flag: str) -> tuple[int, list[
 
 
 @attrs.frozen(kw_only=True)
-class PreferenceRecipe:
+class PreferenceRecipe(RecipeConfig):
     """What the ``dpo`` and ``rlhf`` recipes share: the model, the chat-SFT stage they start from
     (or ``init_state``), the labeled comparisons and the held-out replies."""
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/<recipe>-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    """The chat format of ``base_model`` (``tempering.renderers.RENDERERS``)."""
-    lora_rank: int | None = None
-    """LoRA rank of the SFT stage (later stages keep its shape); default 0 (full fine-tuning)
-    for the tiny model on the local engine, else 32."""
-    seed: int = 0
-    """Seeds the batch orders, the LoRA initialisation, the comparison split and the sampling."""
     init_state: str | None = None
     """Start from this ``save_state`` checkpoint (of ``base_model``) instead of an SFT stage."""
     sft_path: str = ASSET_PREFIX + "arithmetic_chat.jsonl"
@@ -119,8 +107,6 @@ class PreferenceRecipe:
     """Longest reply sampled in the evaluations."""
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
-    progress: bool = True
-    """Show the progress bars."""
 
     async def sft_start(self, session: RecipeSession, extra: dict[str, Any], stages: dict[str, str]) -> str:
         """``init_state``, else the final state of the chat-SFT stage, whose figures go into
@@ -128,11 +114,8 @@ class PreferenceRecipe:
         if self.init_state is not None:
             return self.init_state
         lr = default_learning_rate(self.base_model, self.sft_learning_rate)
-        sft = await train_chat_sft(
-            session, SFTStage.of(self, "sft_", learning_rate=lr), model=fresh_model(self),
-            train_path=self.sft_path, test_path=self.sft_test_path, seed=self.seed,
-            max_tokens=self.max_tokens, n_show=self.show,
-        )  # fmt: skip
+        stage = SFTStage.of(self, "sft_", learning_rate=lr)
+        sft = await train_chat_sft(session, stage, train_path=self.sft_path, test_path=self.sft_test_path)
         extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
         stages["sft"] = str(session.run_dir / "sft")
         return sft.state_path

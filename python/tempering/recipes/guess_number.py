@@ -41,13 +41,13 @@ from pathlib import Path
 
 import attrs
 
-from tempering.backend import ModelConfig, load_tokenizer
+from tempering.backend import load_tokenizer
 from tempering.envs.game_data import TEACHERS, Teacher, scripted_stats, write_transcripts
 from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberStats, GuessNumberTask
 from tempering.evals.accuracy import wilson_interval
 from tempering.model_info import resolve_renderer_name
-from tempering.recipes._common import TINY_MODEL, RecipeResult, fresh_model
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
+from tempering.recipes._common import RecipeConfig, RecipeResult
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, sft_then_rl
 from tempering.renderers import get_renderer
 from tempering.rl.evaluate import evaluate_guess_number
 from tempering_protocols import TrainOnWhat
@@ -63,21 +63,13 @@ def _describe(stats: GuessNumberStats) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class GuessNumberRecipe:
+class GuessNumberRecipe(RecipeConfig):
     """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it.
 
     The defaults are the measured run of docs/recipes/guess-number.md; the test runs a tiny
     budget.
     """
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/guess-number-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """LoRA rank; default: full fine-tuning (0) for the tiny model, 32 otherwise."""
-    seed: int = 0
-    """Seeds the secret split, the transcripts, the initialisation, the batches and the sampling."""
     low: int = 0
     high: int = 9
     """The range of secrets; the default keeps every guess one token for the byte-level tiny model."""
@@ -86,11 +78,11 @@ class GuessNumberRecipe:
     """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     invalid_reward: float = -1.0
     """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
+    teacher: Teacher = "random"
+    """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
     n_test_secrets: int = 0
     """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
     on and evaluated on, with held-out sampling seeds."""
-    teacher: Teacher = "random"
-    """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
     sft_games: int = 4000
     sft_steps: int = 300
     sft_batch_size: int = 32
@@ -106,7 +98,6 @@ class GuessNumberRecipe:
     """Tokens per reply."""
     eval_samples: int = 16
     """Games per evaluation secret, before and after RL."""
-    progress: bool = True
 
     def __attrs_post_init__(self) -> None:
         where = "GuessNumberRecipe"
@@ -123,20 +114,11 @@ class GuessNumberRecipe:
     def task(self) -> GuessNumberTask:
         """The RL task of this config."""
         return GuessNumberTask(
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            low=self.low,
-            high=self.high,
-            max_turns=self.max_turns,
-            turn_cost=self.turn_cost,
-            invalid_reward=self.invalid_reward,
-            n_test_secrets=self.n_test_secrets,
-            seed=self.seed,
-            batch_size=self.rl_batch_size,
-            group_size=self.group_size,
-            test_group_size=self.group_size,
-            n_batches=self.rl_steps,
-        )
+            base_model=self.base_model, renderer_name=self.renderer_name, low=self.low, high=self.high,
+            max_turns=self.max_turns, turn_cost=self.turn_cost, invalid_reward=self.invalid_reward,
+            n_test_secrets=self.n_test_secrets, seed=self.seed, batch_size=self.rl_batch_size,
+            group_size=self.group_size, test_group_size=self.group_size, n_batches=self.rl_steps,
+        )  # fmt: skip
 
     async def __call__(self) -> RecipeResult:
         async with recipe_session("guess-number", self) as s:
@@ -184,37 +166,15 @@ async def _run(config: GuessNumberRecipe, s: RecipeSession) -> RecipeResult:
     train_path = transcripts("train.jsonl", train_secrets, config.sft_games, config.seed)
     test_path = transcripts("test.jsonl", eval_secrets, 64, config.seed + 1)
 
-    # 2. SFT warm start
-    s.say(f"SFT, {config.sft_steps} steps -> {s.run_dir / 'sft'}")
-    stage = SFTStage.of(config, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
-    sft = await sft_stage(
-        s,
-        "sft",
-        stage,
-        model=fresh_model(config),
-        train_path=train_path,
-        test_path=test_path,
-        seed=config.seed,
+    # 2. SFT warm start, 3. RL from the SFT checkpoint
+    sft_config = SFTStage.of(
+        config, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES
     )
-    before = await evaluate(sft.final.sampler_path, "SFT")
-
-    # 3. RL from the SFT checkpoint
-    s.say(
-        f"RL, {config.rl_steps} steps of {config.rl_batch_size} secrets x {config.group_size} games "
-        f"-> {s.run_dir / 'rl'}"
-    )
-    model = ModelConfig(
-        base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
-    )
-    rl = await rl_stage(
-        s,
-        "rl",
-        RLStage.of(config, "rl_"),
-        dataset=task,
-        model=model,
+    sft, rl = await sft_then_rl(
+        s, sft_config, RLStage.of(config, "rl_"), train_path=train_path, test_path=test_path, task=task,
         max_tokens=config.max_tokens,
-        seed=config.seed,
-    )
+    )  # fmt: skip
+    before = await evaluate(sft.final.sampler_path, "SFT")
     after = await evaluate(rl.final.sampler_path, "RL")
 
     # 4. outputs

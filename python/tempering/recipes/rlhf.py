@@ -61,11 +61,10 @@ from tempering.recipes._common import (
     RecipeResult,
     default_learning_rate,
     fresh_model,
-    metric,
     require_positive,
 )
 from tempering.recipes.dpo import PreferenceRecipe, split_pairs
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, recipe_session, rl_stage
 from tempering.rl import TinkerTokenCompleter
 from tempering.rl.evaluate import evaluate_dataset
 from tempering.training.checkpoints import sampler_weights
@@ -167,16 +166,10 @@ class RLHFRecipe(PreferenceRecipe):
 
         # 3. RL of the SFT policy against the reward model
         task = RewardModelPrompts(
-            data=attrs.evolve(data, batch_size=1),
-            rm_sampler_path=rm_path,
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            batch_size=self.rl_prompts,
-            group_size=self.group_size,
-            test_group_size=self.eval_samples,
-            seed=self.seed,
-            service=s.service,
-        )
+            data=attrs.evolve(data, batch_size=1), rm_sampler_path=rm_path, base_model=self.base_model,
+            renderer_name=self.renderer_name, batch_size=self.rl_prompts, group_size=self.group_size,
+            test_group_size=self.eval_samples, seed=self.seed, service=s.service,
+        )  # fmt: skip
         sft_path = extra.get("sft_sampler_path") or await sampler_weights(
             s.service, policy_state, "sft-policy"
         )
@@ -211,11 +204,12 @@ class RLHFRecipe(PreferenceRecipe):
             "rm_accuracy_after": metric(rm.metrics, "test/pref_accuracy"),
             "rm_reward_before": start["test/reward/mean"],
             "rm_reward_after": metric(rl.metrics, "test/reward/mean"),
-            "answer_accuracy_before": before.exact_match,
-            "answer_accuracy_after": after.exact_match,
-            "reply_chars_before": before.mean_chars,
-            "reply_chars_after": after.mean_chars,
         }
+        for when, record in (("before", before), ("after", after)):
+            figures |= {
+                f"answer_accuracy_{when}": record.exact_match,
+                f"reply_chars_{when}": record.mean_chars,
+            }
         extra |= {
             "rm_sampler_path": rm_path,
             "sft_sampler_path": sft_path,

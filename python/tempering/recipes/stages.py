@@ -9,7 +9,8 @@ RL stages every recipe is made of.
 - :class:`SFTStage` / :class:`RLStage`: a stage's optimisation (steps, batch, learning rate,
   schedule, evaluation period), read from a recipe's flat flags by prefix with :meth:`SFTStage.of`
   (``--sft-steps`` → ``SFTStage.steps``), so the command line keeps one flat flag per setting.
-- :func:`sft_stage` / :func:`rl_stage` run a stage into ``<run dir>/<name>`` (overwritten).
+- :func:`sft_stage` / :func:`rl_stage` run a stage into ``<run dir>/<name>`` (overwritten);
+  :func:`sft_then_rl` is the warm start: SFT of a fresh model, then RL from its final state.
 
 Example::
 
@@ -55,7 +56,16 @@ if TYPE_CHECKING:
     from tempering.training import AdamConfig, RunConfig, TrainResult
     from tempering_protocols import RLDatasetBuilder, SamplingClientEvaluator
 
-__all__ = ["RLStage", "RecipeSession", "SFTStage", "recipe_session", "rl_stage", "sft_stage"]
+__all__ = [
+    "RLStage",
+    "RecipeSession",
+    "SFTStage",
+    "metric",
+    "recipe_session",
+    "rl_stage",
+    "sft_stage",
+    "sft_then_rl",
+]
 
 
 class _FromFlags:
@@ -283,14 +293,60 @@ async def rl_stage(
     adam = AdamConfig(
         learning_rate=stage.learning_rate, beta2=stage.beta2, schedule=LRSchedule(stage.lr_schedule)
     )
+    run = session.run_config(name, stage.eval_every, stage.save_every)
     config = RLConfig(
-        run=session.run_config(name, stage.eval_every, stage.save_every),
-        dataset=dataset,
-        model=model,
-        adam=adam,
-        num_steps=stage.steps,
-        loss_fn=stage.loss_fn,
-        num_substeps=stage.num_substeps,
-        **options,
-    )
+        run=run, dataset=dataset, model=model, adam=adam, num_steps=stage.steps, loss_fn=stage.loss_fn,
+        num_substeps=stage.num_substeps, **options,
+    )  # fmt: skip
     return await train(config, service=session.service)
+
+
+async def sft_then_rl(
+    session: RecipeSession,
+    sft: SFTStage,
+    rl: RLStage,
+    *,
+    train_path: str | Path,
+    task: RLDatasetBuilder,
+    test_path: str | Path | None = None,
+    **rl_options: Any,
+) -> tuple[TrainResult, TrainResult]:
+    """A warm start: :func:`sft_stage` ``"sft"`` of the recipe's fresh model
+    (:func:`~tempering.recipes._common.fresh_model` of ``session.config``: ``base_model``,
+    ``lora_rank``, ``seed``, ``renderer_name``) on ``train_path``, then :func:`rl_stage` ``"rl"``
+    on ``task`` from its final state (seeded with the config's ``seed``); returns both results.
+
+    Example::
+
+        sft, rl = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"),
+                                    train_path=path, task=task, max_tokens=8)
+    """
+    from tempering.backend import ModelConfig
+    from tempering.recipes._common import fresh_model
+
+    config = session.config
+    session.say(f"SFT, {sft.steps} steps of {sft.batch_size} -> {session.run_dir / 'sft'}")
+    first = await sft_stage(
+        session,
+        "sft",
+        sft,
+        model=fresh_model(config),
+        train_path=train_path,
+        test_path=test_path,
+        seed=config.seed,
+    )
+    model = ModelConfig(
+        base_model=config.base_model, init_state=first.final.state_path, renderer_name=config.renderer_name
+    )
+    session.say(f"RL, {rl.steps} steps -> {session.run_dir / 'rl'}")
+    second = await rl_stage(session, "rl", rl, dataset=task, model=model, seed=config.seed, **rl_options)
+    return first, second
+
+
+def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:
+    """The last value of ``key`` in a run's metrics lines; ``KeyError`` if no line has it."""
+    for line in reversed(lines):
+        value = line.get(key)
+        if isinstance(value, int | float):
+            return float(value)
+    raise KeyError(f"no metrics line has {key!r}")

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import attrs
 
-from tempering.backend import ModelConfig, load_tokenizer
+from tempering.backend import load_tokenizer
 from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.model_info import resolve_renderer_name
-from tempering.recipes._common import TINY_MODEL, RecipeResult, fresh_model
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
+from tempering.recipes._common import RecipeConfig, RecipeResult
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, sft_then_rl
 from tempering.renderers import get_renderer
 from tempering.rl.evaluate import evaluate_against_random
 from tempering.rl.policy import TinkerTokenCompleter
@@ -54,21 +54,13 @@ def _describe(stats: dict[Side, TicTacToeStats]) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class TicTacToeRecipe:
+class TicTacToeRecipe(RecipeConfig):
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
 
     The defaults are the measured run of docs/recipes/tic-tac-toe.md; the test runs a tiny
     budget.
     """
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/tic-tac-toe-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """LoRA rank; default: full fine-tuning (0) for the tiny model, 32 otherwise."""
-    seed: int = 0
-    """Seeds the games, the initialisation and the sampling."""
     sft_games: int = 2000
     """Random legal games whose positions are the SFT data (about 7.6 positions a game)."""
     sft_steps: int = 600
@@ -86,7 +78,6 @@ class TicTacToeRecipe:
     """Tokens per reply."""
     eval_games: int = 200
     """Games against the random player per side (X and O), before and after RL."""
-    progress: bool = True
 
     def __attrs_post_init__(self) -> None:
         where = "TicTacToeRecipe"
@@ -119,13 +110,7 @@ async def _run(config: TicTacToeRecipe, s: RecipeSession) -> RecipeResult:
     # 1. data: positions of random legal games
     train_path = write_random_games(s.run_dir / "data" / "train.jsonl", config.sft_games, config.seed)
 
-    # 2. SFT warm start
-    s.say(f"SFT, {config.sft_steps} steps -> {s.run_dir / 'sft'}")
-    stage = SFTStage.of(config, "sft_", max_warmup_steps=20)
-    sft = await sft_stage(s, "sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed)
-    before = await evaluate(sft.final.sampler_path, "SFT")
-
-    # 3. self-play RL from the SFT checkpoint
+    # 2. SFT warm start, 3. self-play RL from the SFT checkpoint
     task = SelfPlayTask(
         base_model=config.base_model,
         renderer_name=config.renderer_name,
@@ -134,22 +119,16 @@ async def _run(config: TicTacToeRecipe, s: RecipeSession) -> RecipeResult:
         n_batches=config.rl_steps,
         illegal_reward=config.illegal_reward,
     )
-    s.say(
-        f"self-play RL, {config.rl_steps} steps of {config.rl_batch_size} groups x "
-        f"{config.games_per_group} games -> {s.run_dir / 'rl'}"
-    )
-    model = ModelConfig(
-        base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
-    )
-    rl = await rl_stage(
+    sft_config = SFTStage.of(config, "sft_", max_warmup_steps=20)
+    sft, rl = await sft_then_rl(
         s,
-        "rl",
+        sft_config,
         RLStage.of(config, "rl_"),
-        dataset=task,
-        model=model,
+        train_path=train_path,
+        task=task,
         max_tokens=config.max_tokens,
-        seed=config.seed,
     )
+    before = await evaluate(sft.final.sampler_path, "SFT")
     after = await evaluate(rl.final.sampler_path, "RL")
 
     # 4. outputs

@@ -52,7 +52,7 @@ from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.model_info import resolve_renderer_name
-from tempering.recipes._common import TINY_MODEL, RecipeResult, fresh_model
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import DemoConfig
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
 from tempering.renderers import get_renderer
@@ -64,6 +64,7 @@ from tempering.rl.trajectory_data import (
     trajectory_examples,
 )
 from tempering.sft import train_supervised
+from tempering.training import RunDir
 from tempering_protocols import SamplingClient
 
 __all__ = ["Mode", "TrajectorySFTRecipe"]
@@ -75,7 +76,7 @@ _DEMO = DemoConfig()
 
 
 @attrs.frozen(kw_only=True)
-class TrajectorySFTRecipe:
+class TrajectorySFTRecipe(RecipeConfig):
     """Logged RL trajectories → SFT of a fresh model → held-out accuracy; see the module
     docstring. ``await recipe()`` runs it.
 
@@ -85,8 +86,6 @@ class TrajectorySFTRecipe:
         result.figures["student_accuracy"], result.figures["episodes_kept"]
     """
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/trajectory-sft-<timestamp>``."""
     log_dir: str | None = None
     """An RL run directory with a trajectory log (``RLConfig(log_trajectories=True)``); default:
     run the teacher here first."""
@@ -100,12 +99,6 @@ class TrajectorySFTRecipe:
     """Rejection sampling: one episode per (prompt, action tokens)."""
     episodes_per_history: int = 4
     """Learning histories: episodes per example."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """Student's LoRA rank; default 0 (full fine-tuning) for the tiny model locally, else 32."""
-    seed: int = 0
-    """Seeds the held-out split (the demo's with the same value), the student and the sampling."""
     n_test: int = 200
     eval_samples: int = 4
     steps: int = _DEMO.sft_steps
@@ -120,7 +113,6 @@ class TrajectorySFTRecipe:
     teacher_rl_batch_size: int = _DEMO.rl_batch_size
     teacher_group_size: int = _DEMO.group_size
     teacher_learning_rate: float = _DEMO.rl_learning_rate
-    progress: bool = True
 
     async def __call__(self) -> RecipeResult:
         if self.log_dir is not None:
@@ -156,15 +148,14 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     ci95: dict[str, tuple[float, float]] = {}
     extra: dict[str, Any] = {"mode": config.mode}
 
+    evaluator = AccuracyEvaluator(
+        test_problems, renderer, tokenizer, num_samples=config.eval_samples, seed=config.seed
+    )
+
     async def evaluate(name: str, sampler: SamplingClient) -> None:
-        evaluator = AccuracyEvaluator(
-            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=name, seed=config.seed
-        )
         await evaluator(sampler)
-        record = evaluator.records[-1]
-        figures[f"{name}_accuracy"], ci95[f"{name}_accuracy"] = record.accuracy, record.accuracy_ci95
-        figures[f"{name}_greedy_accuracy"] = record.greedy_accuracy
-        ci95[f"{name}_greedy_accuracy"] = record.greedy_accuracy_ci95
+        figures.update(evaluator.records[-1].figures(name))
+        ci95.update(evaluator.records[-1].intervals(name))
 
     # 1. the teacher's trajectory log
     if config.log_dir is None:
@@ -178,14 +169,10 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
             s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
         task = ArithmeticProblems(
-            base_model=config.base_model,
-            renderer_name=config.renderer_name,
-            seed=config.seed,
-            n_test=config.n_test,
-            batch_size=config.teacher_rl_batch_size,
-            group_size=config.teacher_group_size,
-            test_group_size=config.eval_samples,
-        )
+            base_model=config.base_model, renderer_name=config.renderer_name, seed=config.seed,
+            n_test=config.n_test, batch_size=config.teacher_rl_batch_size,
+            group_size=config.teacher_group_size, test_group_size=config.eval_samples,
+        )  # fmt: skip
         model = ModelConfig(
             base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
         )
@@ -203,7 +190,8 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     extra["log_dir"] = str(log_dir)
 
     # 2. the teacher's accuracy: its final weights, evaluated here, else its recorded figure
-    teacher_path = _teacher_sampler(log_dir)
+    final = [r.sampler_path for r in RunDir(log_dir).checkpoints() if r.final and r.sampler_path]
+    teacher_path = final[-1] if final else None
     try:
         teacher = await s.sampler(teacher_path) if teacher_path else None
     except (FileNotFoundError, ValueError):  # e.g. another machine's checkpoint store
@@ -255,16 +243,6 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     extra["student_checkpoint"] = student.final.sampler_path
     await evaluate("student", await s.sampler(student.final.sampler_path))
     return s.finish(figures, extra, ci95=ci95)
-
-
-def _teacher_sampler(log_dir: Path) -> str | None:
-    """The final sampler weights in the log's ``checkpoints.jsonl``, if any."""
-    index = log_dir / "checkpoints.jsonl"
-    if not index.is_file():
-        return None
-    records = [json.loads(line) for line in index.read_text().splitlines() if line.strip()]
-    final = [r for r in records if r.get("final") and r.get("sampler_path")]
-    return str(final[-1]["sampler_path"]) if final else None
 
 
 def _recorded(log_dir: Path) -> dict[str, float]:

@@ -1,11 +1,13 @@
-"""The demo's outputs besides ``metrics.jsonl``: a PNG plot and a self-contained HTML report.
+"""Reports of :class:`~tempering.evals.accuracy.AccuracyEvaluator` runs over an SFT-then-RL
+pipeline (``tempering demo``'s): a PNG plot and a self-contained HTML report.
 
 - :func:`plot_curves`: held-out accuracy against step for both stages (SFT, then RL), the RL
   training reward, and the SFT training loss (matplotlib, Agg backend, imported lazily: the
   ``recipes`` extra).
-- :func:`write_html_report`: per evaluation, a few held-out problems with their sampled
-  answers: prompt, response, reward, and each token coloured by its advantage (reward minus
-  the mean reward of the problem's samples: green above the mean, red below).
+- :func:`write_html_report`: per evaluation (:class:`~tempering.evals.accuracy.EvalRecord`), its
+  accuracies with their 95% intervals and a few held-out problems with their sampled answers:
+  prompt, response, reward, and each token coloured by its advantage (reward minus the mean
+  reward of the problem's samples: green above the mean, red below).
 
 Example::
 
