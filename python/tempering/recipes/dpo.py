@@ -45,7 +45,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -108,6 +108,27 @@ class PreferenceRecipe(RecipeConfig):
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
+    NAME: ClassVar[str] = ""
+
+    def __attrs_post_init__(self) -> None:
+        owner = type(self).__name__
+        require_positive(owner, test_pairs=self.test_pairs, max_tokens=self.max_tokens)
+        if self.init_state is None:
+            require_positive(owner, sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
+
+    async def __call__(self) -> RecipeResult:
+        async with recipe_session(self.NAME, self) as s:
+            extra: dict[str, Any] = {}
+            stages: dict[str, str] = {}
+            start = await self.sft_start(s, extra, stages)
+            return await self.after_sft(s, start, extra, stages)
+
+    async def after_sft(
+        self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
+    ) -> RecipeResult:
+        """The stages after the SFT start (``start``: its ``save_state`` path)."""
+        raise NotImplementedError
+
     async def sft_start(self, session: RecipeSession, extra: dict[str, Any], stages: dict[str, str]) -> str:
         """``init_state``, else the final state of the chat-SFT stage, whose figures go into
         ``extra`` (prefixed ``sft_``) and whose run directory into ``stages``."""
@@ -149,30 +170,19 @@ class DPORecipe(PreferenceRecipe):
     eval_every: int = 20
     """Evaluate DPO every this many steps (0: only before and after)."""
 
+    NAME: ClassVar[str] = "dpo"
+
     def __attrs_post_init__(self) -> None:
         require_positive(
-            "DPORecipe",
-            dpo_steps=self.dpo_steps,
-            dpo_batch_size=self.dpo_batch_size,
-            beta=self.beta,
-            test_pairs=self.test_pairs,
-            max_tokens=self.max_tokens,
+            "DPORecipe", dpo_steps=self.dpo_steps, dpo_batch_size=self.dpo_batch_size, beta=self.beta
         )
-        if self.init_state is None:
-            require_positive("DPORecipe", sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
+        super().__attrs_post_init__()
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("dpo", self) as s:
-            return await self._run(s)
-
-    async def _run(self, s: RecipeSession) -> RecipeResult:
+    async def after_sft(
+        self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
+    ) -> RecipeResult:
+        # 1. the SFT start: ``start``; 2. DPO from it
         renderer = self.renderer()
-        extra: dict[str, Any] = {}
-        stages: dict[str, str] = {}
-        # 1. the SFT start
-        start = await self.sft_start(s, extra, stages)
-
-        # 2. DPO from it
         data = ComparisonData(
             path=self.pairs_path, test_size=self.test_pairs, batch_size=self.dpo_batch_size, seed=self.seed
         )

@@ -74,12 +74,12 @@ class GuessNumberRecipe(RecipeConfig):
     high: int = 9
     """The range of secrets; the default keeps every guess one token for the byte-level tiny model."""
     max_turns: int = 4
-    turn_cost: float = 0.1
-    """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
-    invalid_reward: float = -1.0
-    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
+    invalid_reward: float = -1.0
+    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
+    turn_cost: float = 0.1
+    """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     n_test_secrets: int = 0
     """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
     on and evaluated on, with held-out sampling seeds."""

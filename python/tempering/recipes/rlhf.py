@@ -48,7 +48,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -64,7 +64,7 @@ from tempering.recipes._common import (
     require_positive,
 )
 from tempering.recipes.dpo import PreferenceRecipe, split_pairs
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, recipe_session, rl_stage
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, rl_stage
 from tempering.rl import TinkerTokenCompleter
 from tempering.rl.evaluate import evaluate_dataset
 from tempering.training.checkpoints import sampler_weights
@@ -107,6 +107,8 @@ class RLHFRecipe(PreferenceRecipe):
     eval_every: int = 10
     """Evaluate the RL policy every this many steps (0: only before and after)."""
 
+    NAME: ClassVar[str] = "rlhf"
+
     def __attrs_post_init__(self) -> None:
         require_positive(
             "RLHFRecipe",
@@ -114,8 +116,6 @@ class RLHFRecipe(PreferenceRecipe):
             rm_batch_size=self.rm_batch_size,
             rl_steps=self.rl_steps,
             rl_prompts=self.rl_prompts,
-            test_pairs=self.test_pairs,
-            max_tokens=self.max_tokens,
             eval_samples=self.eval_samples,
         )
         if self.group_size < 2:
@@ -124,22 +124,14 @@ class RLHFRecipe(PreferenceRecipe):
             )
         if self.kl_coef < 0:
             raise ValueError(f"RLHFRecipe.kl_coef (--kl-coef) must be >= 0, got {self.kl_coef}")
-        if self.init_state is None:
-            require_positive("RLHFRecipe", sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
+        super().__attrs_post_init__()
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("rlhf", self) as s:
-            return await self._run(s)
-
-    async def _run(self, s: RecipeSession) -> RecipeResult:
+    async def after_sft(
+        self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
+    ) -> RecipeResult:
+        # 1. SFT: ``start``
         renderer = self.renderer()
-        extra: dict[str, Any] = {}
-        stages: dict[str, str] = {}
-        # 1. SFT
-        policy_state = await self.sft_start(s, extra, stages)
-        policy = ModelConfig(
-            base_model=self.base_model, renderer_name=self.renderer_name, init_state=policy_state
-        )
+        policy = ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start)
 
         # 2. the reward model
         data = ComparisonData(
@@ -170,14 +162,12 @@ class RLHFRecipe(PreferenceRecipe):
             renderer_name=self.renderer_name, batch_size=self.rl_prompts, group_size=self.group_size,
             test_group_size=self.eval_samples, seed=self.seed, service=s.service,
         )  # fmt: skip
-        sft_path = extra.get("sft_sampler_path") or await sampler_weights(
-            s.service, policy_state, "sft-policy"
-        )
+        sft_path = extra.get("sft_sampler_path") or await sampler_weights(s.service, start, "sft-policy")
         # The start: the SFT policy on the held-out prompts, as RL's evaluation samples them.
         _, test_ds = await task()
         assert test_ds is not None
         sft_policy = TinkerTokenCompleter(await s.sampler(sft_path), self.max_tokens, 1.0)
-        start = await evaluate_dataset(test_ds, sft_policy, seed=self.seed)
+        sft_eval = await evaluate_dataset(test_ds, sft_policy, seed=self.seed)
         lr = default_learning_rate(self.base_model, self.rl_learning_rate, tiny=2e-4, lora=4e-5)
         rl_stage_config = RLStage.of(self, "rl_", learning_rate=lr, eval_every=self.eval_every, beta2=0.95)
         s.say(
@@ -202,7 +192,7 @@ class RLHFRecipe(PreferenceRecipe):
         figures = {
             "rm_accuracy_before": metric(rm.metrics, "initial/test/pref_accuracy"),
             "rm_accuracy_after": metric(rm.metrics, "test/pref_accuracy"),
-            "rm_reward_before": start["test/reward/mean"],
+            "rm_reward_before": sft_eval["test/reward/mean"],
             "rm_reward_after": metric(rl.metrics, "test/reward/mean"),
         }
         for when, record in (("before", before), ("after", after)):
