@@ -15,24 +15,18 @@ RL stages every recipe is made of.
 Example::
 
     @attrs.frozen(kw_only=True)
-    class MyRecipe:
-        out: str | None = None
-        base_model: str = TINY_MODEL
+    class MyRecipe(RecipeConfig):   # --out, --base-model, --renderer-name, --lora-rank, --seed, --progress
         sft_steps: int = 100
         sft_batch_size: int = 16
         sft_learning_rate: float = 2e-3
         rl_steps: int = 10
         rl_learning_rate: float = 1e-4
-        progress: bool = True
 
         async def __call__(self) -> RecipeResult:
             async with recipe_session("my-recipe", self) as s:
-                model = fresh_model(self)
-                sft = await sft_stage(s, "sft", SFTStage.of(self, "sft_"), model=model,
-                                      train_path="sft.jsonl", seed=0)
-                rl = await rl_stage(s, "rl", RLStage.of(self, "rl_"), dataset=ArithmeticProblems(),
-                                    model=attrs.evolve(model, init_state=sft.final.state_path), max_tokens=8)
-                return s.finish({"reward": rl.metrics[-1]["env/reward/mean"]})
+                sft, rl = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"),
+                                            train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
+                return s.finish({"reward": metric(rl.metrics, "env/reward/mean")})
 """
 
 from __future__ import annotations
