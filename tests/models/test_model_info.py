@@ -103,7 +103,7 @@ def test_model_config_renderer_defaults_to_the_recommended_one(caplog: pytest.Lo
 
 
 def test_recipes_default_learning_rate_uses_the_recommended_formula() -> None:
-    from tempering.recipes.chat_sft import default_learning_rate
+    from tempering.recipes._common import default_learning_rate
 
     assert default_learning_rate("Qwen/Qwen3-8B", None) == get_lr("Qwen/Qwen3-8B")
     assert default_learning_rate("openai/gpt-oss-20b", None) == 2e-4  # no calibrated formula

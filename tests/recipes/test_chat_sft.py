@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tempering import assets
-from tempering.recipes.chat_sft import ChatSFTRecipe, default_learning_rate, held_out_replies
+from tempering.evals.reply import held_out_replies
+from tempering.recipes._common import default_learning_rate
+from tempering.recipes.chat_sft import ChatSFTRecipe
 from tempering_protocols import Message
 
 _TINY = ["--steps", "30", "--batch-size", "8", "--eval-every", "0", "--show", "3", "--no-progress"]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tempering.recipes.arithmetic import all_problems, split_problems, write_chat_jsonl
+from tempering.envs.arithmetic import all_problems, split_problems, write_chat_jsonl
 
 _TINY = [
     "--sft-steps", "40", "--sft-eval-every", "20", "--sft-batch-size", "16",

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tempering.backend import ModelConfig
+from tempering.envs.arithmetic import ArithmeticProblems, ScaledExactMatch, split_problems, write_chat_jsonl
 from tempering.local import ServiceClient
-from tempering.recipes.arithmetic import split_problems, write_chat_jsonl
-from tempering.recipes.distill import DistillProblems, OnPolicyDistillRecipe, ScaledExactMatch
+from tempering.recipes.distill import OnPolicyDistillRecipe
 from tempering.sft import ChatData, SFTConfig, train_supervised
 from tempering.training import AdamConfig, LRSchedule, RunConfig
 
@@ -191,7 +191,7 @@ def test_task_and_grader_pickle_and_scale() -> None:
     grader = ScaledExactMatch(0.5)
     assert grader(" 68 ", "68") == 0.5
     assert grader("67", "68") == 0.0
-    builder = DistillProblems(batch_size=3, group_size=2, n_test=10)
+    builder = ArithmeticProblems(batch_size=3, group_size=2, n_test=10, test_group_size=0, reward_coef=0.0)
     assert pickle.loads(pickle.dumps(builder)) == builder
     train, test = asyncio.run(builder())
     assert test is None

@@ -17,7 +17,8 @@ import pytest
 
 from tempering import assets
 from tempering.preference import ComparisonData
-from tempering.recipes.dpo import DPORecipe, chosen_answers
+from tempering.preference.evaluation import chosen_answers
+from tempering.recipes.dpo import DPORecipe
 
 _TINY = [
     "--sft-steps", "20", "--sft-batch-size", "8", "--sft-eval-every", "0",

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tempering.envs.game_data import write_transcripts
 from tempering.recipes import load_recipe
-from tempering.recipes.guess_number import GuessNumberRecipe, write_transcripts
+from tempering.recipes.guess_number import GuessNumberRecipe
 
 _TINY = [
     "--sft-games", "200", "--sft-steps", "16", "--sft-batch-size", "16",

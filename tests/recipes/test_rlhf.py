@@ -19,8 +19,10 @@ import pytest
 
 from tempering import assets
 from tempering.envs import PreferenceModel as EnvPreferenceModel
+from tempering.envs.preference import PromptGroups
 from tempering.preference import ComparisonData
-from tempering.recipes.rlhf import ComparisonJudge, PromptGroups, RewardModelPrompts, RLHFRecipe
+from tempering.preference.rlhf import ComparisonJudge, RewardModelPrompts
+from tempering.recipes.rlhf import RLHFRecipe
 from tempering_protocols import Comparison, Env, EnvGroupBuilder, Message
 
 _TINY = [

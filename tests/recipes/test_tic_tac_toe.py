@@ -14,14 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tempering.envs.game_data import SelfPlayTask, random_game_positions, write_random_games
 from tempering.envs.tic_tac_toe import legal_moves, winner
 from tempering.recipes import load_recipe
-from tempering.recipes.tic_tac_toe import (
-    SelfPlayTask,
-    TicTacToeRecipe,
-    random_game_positions,
-    write_random_games,
-)
+from tempering.recipes.tic_tac_toe import TicTacToeRecipe
 from tempering_protocols.testing import check_rl_dataset
 
 _TINY = [

@@ -1,7 +1,9 @@
 """``tempering rl``: the RL config with a concrete choice of shipped dataset, for the CLI.
 
 ``tempering rl --help`` lists every field (tyro); the dataset is a subcommand
-(``dataset:arithmetic-task`` or ``dataset:lowercase-task``) whose own flags follow it.
+(``dataset:arithmetic-task``, ``dataset:lowercase-task`` or ``dataset:arithmetic-demo``, the
+demo's two-digit problems: :class:`~tempering.envs.arithmetic.ArithmeticProblems`) whose own
+flags follow it.
 
 Example::
 
@@ -10,8 +12,12 @@ Example::
 
 from __future__ import annotations
 
-import attrs
+from typing import Annotated
 
+import attrs
+import tyro
+
+from tempering.envs.arithmetic import ArithmeticProblems
 from tempering.envs.tasks import ArithmeticTask, LowercaseTask
 from tempering.rl.train import RLConfig
 
@@ -22,4 +28,8 @@ __all__ = ["RLCommandConfig"]
 class RLCommandConfig(RLConfig):
     """:class:`~tempering.rl.RLConfig` whose dataset is one of the shipped task builders."""
 
-    dataset: ArithmeticTask | LowercaseTask = attrs.field(factory=ArithmeticTask)  # pyright: ignore[reportIncompatibleVariableOverride]
+    dataset: (
+        ArithmeticTask
+        | LowercaseTask
+        | Annotated[ArithmeticProblems, tyro.conf.subcommand(name="arithmetic-demo")]
+    ) = attrs.field(factory=ArithmeticTask)  # pyright: ignore[reportIncompatibleVariableOverride]

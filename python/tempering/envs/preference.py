@@ -8,6 +8,11 @@ averaged (position bias cancels). A member's group reward is its mean score, its
 
 Cost: ``G (G - 1) / 2`` comparisons per group (twice that when symmetric).
 
+A win rate is relative to its group (its mean is 0.5 whatever the policy); to *evaluate* a
+policy, :class:`ReferenceWinRateGroupBuilder` scores each completion by the probability that it
+beats a fixed reference reply instead. :class:`PromptGroups` is an ``RLDataset`` over a fixed
+list of group builders.
+
 Example::
 
     builder = PairwisePreferenceGroupBuilder(prompt, renderer, my_model, group_size=4)
@@ -16,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -23,9 +29,18 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
+from tempering.envs.problem import exact_match
 from tempering_protocols import Env, EnvGroupBuilder, Message, Metrics, Renderer, Trajectory
 
-__all__ = ["CompletionEnv", "PairwisePreferenceGroupBuilder", "PreferenceModel", "tournament_scores"]
+__all__ = [
+    "AnswerEnv",
+    "CompletionEnv",
+    "PairwisePreferenceGroupBuilder",
+    "PreferenceModel",
+    "PromptGroups",
+    "ReferenceWinRateGroupBuilder",
+    "tournament_scores",
+]
 
 
 @runtime_checkable
@@ -57,6 +72,29 @@ class CompletionEnv:
     async def step(self, message: Message, /) -> MessageStepResult:
         self.completion = message
         return MessageStepResult(reward=0.0, episode_done=True)
+
+
+class AnswerEnv(CompletionEnv):
+    """A :class:`CompletionEnv` that also reports whether the reply equals a reference answer
+    (metric ``correct``), so the ground truth is followed beside a preference model."""
+
+    def __init__(self, prompt: Sequence[Message], answer: str) -> None:
+        super().__init__(prompt)
+        self.answer = answer
+
+    async def step(self, message: Message, /) -> MessageStepResult:
+        result = await super().step(message)
+        return attrs.evolve(result, metrics={"correct": exact_match(message["content"], self.answer)})
+
+
+def _completions(envs_G: Sequence[Env]) -> dict[int, Message]:
+    """Member index → its parsed completion (members whose reply did not parse are absent)."""
+    out: dict[int, Message] = {}
+    for g, env in enumerate(envs_G):
+        inner = env.env if isinstance(env, MessageEnvAdapter) else None
+        if isinstance(inner, CompletionEnv) and inner.completion is not None:
+            out[g] = inner.completion
+    return out
 
 
 async def tournament_scores(
@@ -118,11 +156,7 @@ class PairwisePreferenceGroupBuilder(EnvGroupBuilder):
     async def compute_group_rewards(
         self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
     ) -> list[tuple[float, Metrics]]:
-        completions: dict[int, Message] = {}
-        for g, env in enumerate(envs_G):
-            inner = env.env if isinstance(env, MessageEnvAdapter) else None
-            if isinstance(inner, CompletionEnv) and inner.completion is not None:
-                completions[g] = inner.completion
+        completions = _completions(envs_G)
         members = sorted(completions)
         scores = await tournament_scores(
             self.preference_model, self.prompt, [completions[g] for g in members], symmetric=self.symmetric
@@ -135,3 +169,65 @@ class PairwisePreferenceGroupBuilder(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return [self.tag]
+
+
+@attrs.frozen
+class ReferenceWinRateGroupBuilder(EnvGroupBuilder):
+    """``group_size`` replies to ``prompt``, each rewarded by the preference model's probability
+    that it beats the fixed ``reference`` reply: an absolute reward (unlike a tournament's win
+    rate, whose group mean is always 0.5), for evaluating a policy. A reply that does not parse
+    scores 0; metric ``correct``: the reply equals the reference's text.
+
+    Example::
+
+        builder = ReferenceWinRateGroupBuilder(prompt, {"role": "assistant", "content": "4"}, renderer,
+                                               judge, group_size=2)
+    """
+
+    prompt: Sequence[Message]
+    reference: Message
+    renderer: Renderer = attrs.field(eq=False)
+    preference_model: PreferenceModel = attrs.field(eq=False)
+    group_size: int = 2
+    tag: str = "vs_reference"
+
+    async def make_envs(self) -> Sequence[Env]:
+        answer = self.reference["content"]
+        adapt = functools.partial(MessageEnvAdapter, on_parse_error="penalty", penalty=0.0)
+        return [adapt(AnswerEnv(self.prompt, answer), self.renderer) for _ in range(self.group_size)]
+
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
+    ) -> list[tuple[float, Metrics]]:
+        completions = _completions(envs_G)
+        scores = [
+            await self.preference_model(self.prompt, [completions[g]], [self.reference])
+            if g in completions
+            else 0.0
+            for g in range(len(envs_G))
+        ]
+        return [(s, {"preference/win_rate_vs_reference": s}) for s in scores]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+class PromptGroups:
+    """An ``RLDataset`` of groups over a fixed list of builders: batch ``i`` is builders
+    ``i * batch_size .. (i + 1) * batch_size - 1`` (the last partial batch dropped).
+
+    Example::
+
+        ds = PromptGroups([builder_0, builder_1, builder_2, builder_3], batch_size=2)
+        len(ds), ds.get_batch(1)      # 2, [builder_2, builder_3]
+    """
+
+    def __init__(self, builders: Sequence[EnvGroupBuilder], batch_size: int) -> None:
+        self.builders = list(builders)
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return len(self.builders) // self.batch_size
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        return self.builders[index * self.batch_size : (index + 1) * self.batch_size]

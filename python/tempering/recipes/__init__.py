@@ -3,8 +3,8 @@
 
 - :mod:`tempering.recipes.demo`: ``tempering demo`` (``make demo``): SFT on arithmetic, then RL
   with verifiable rewards from that checkpoint, on the local engine with the tiny model.
-- :mod:`tempering.recipes.arithmetic`: the demo's data, RL task and accuracy evaluator.
-- :mod:`tempering.recipes.report`: its plot (matplotlib: the ``recipes`` extra) and HTML report.
+- :mod:`tempering.recipes.stages`: the skeleton every recipe is built on (a session that owns
+  the run directory and the service; the SFT and RL stages).
 - :data:`RECIPES`: the named recipes; each is an attrs config whose ``await config()`` runs it
   and returns a :class:`~tempering.recipes._common.RecipeResult`.
 

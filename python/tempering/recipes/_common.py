@@ -7,18 +7,12 @@ on the local engine by default with the built-in tiny model; with ``TINKER_API_K
 :func:`recipe_service` returns the hosted service, and ``--base-model`` must then name a model
 the service serves (see docs/recipes/hosted.md).
 
+The skeleton that uses these (a session, the SFT and RL stages) is :mod:`tempering.recipes.stages`.
+
 Example::
 
-    @attrs.frozen(kw_only=True)
-    class MyRecipe:
-        out: str | None = None
-        base_model: str = TINY_MODEL
-
-        async def __call__(self) -> RecipeResult:
-            run_dir = prepare_run_dir("my-recipe", self.out)
-            service = recipe_service(self.base_model)
-            ...
-            return finish(RecipeResult("my-recipe", run_dir, {"accuracy": 0.9}), config=self)
+    model = fresh_model(recipe_config)      # base_model, lora_rank, seed and renderer_name of the recipe
+    lr = default_learning_rate("tempering/tiny", None)                        # 2e-3
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,27 +28,53 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from tempering.backend import ServiceClient, service_client, uses_hosted_service
-from tempering_protocols import TrainOnWhat
+from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
-    from tempering.training import TrainResult
-    from tempering_protocols import SamplingClientEvaluator
 
 __all__ = [
     "TINY_MODEL",
+    "RecipeConfig",
     "RecipeResult",
+    "close_service",
+    "default_learning_rate",
     "default_lora_rank",
     "finish",
     "fresh_model",
     "prepare_run_dir",
     "recipe_service",
     "require_positive",
-    "sft_stage",
 ]
 
 TINY_MODEL = "tempering/tiny"
 """The local engine's built-in model (the recipes' default ``base_model``)."""
+
+
+@attrs.frozen(kw_only=True)
+class RecipeConfig:
+    """The flags every recipe has; a recipe's config subclasses it (``@attrs.frozen(kw_only=True)``)
+    and adds its own.
+
+    Example::
+
+        @attrs.frozen(kw_only=True)
+        class MyRecipe(RecipeConfig):
+            steps: int = 100
+    """
+
+    out: str | None = None
+    """Run directory (replaced if it exists); default ``runs/<recipe>-<timestamp>``."""
+    base_model: str = TINY_MODEL
+    """The model to start from (default: the local engine's tiny model)."""
+    renderer_name: str | None = None
+    """The chat format of ``base_model`` (``tempering.renderers.RENDERERS``); default: the model's."""
+    lora_rank: int | None = None
+    """LoRA rank; default 0 (full fine-tuning) for the tiny model on the local engine, else 32."""
+    seed: int = 0
+    """Seeds the data split and order, the initialisation and the sampling."""
+    progress: bool = True
+    """Show the progress bars."""
 
 
 @attrs.frozen
@@ -122,22 +142,24 @@ def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
 
 
 def fresh_model(
-    base_model: str, lora_rank: int | None, *, seed: int, renderer_name: str | None
+    config: RecipeConfig, *, seed: int | None = None, base_model: str | None = None
 ) -> ModelConfig:
-    """The ``ModelConfig`` of a stage that starts from ``base_model`` itself, with the recipe's
-    LoRA rank resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
+    """The ``ModelConfig`` of a stage that starts from a recipe's ``base_model`` itself (or
+    ``base_model``), with the recipe's ``renderer_name``, its ``seed`` (or ``seed``) and its
+    ``lora_rank`` resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
 
     Example::
 
-        model = fresh_model(config.base_model, config.lora_rank, seed=0, renderer_name="chatml")
+        model = fresh_model(ChatSFTRecipe())    # tempering/tiny, lora_rank 0, seed 0
     """
     from tempering.backend import ModelConfig
 
+    base = config.base_model if base_model is None else base_model
     return ModelConfig(
-        base_model=base_model,
-        lora_rank=default_lora_rank(base_model, lora_rank),
-        seed=seed,
-        renderer_name=renderer_name,
+        base_model=base,
+        lora_rank=default_lora_rank(base, config.lora_rank),
+        seed=config.seed if seed is None else seed,
+        renderer_name=config.renderer_name,
     )
 
 
@@ -165,76 +187,29 @@ def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:
     return result
 
 
-async def sft_stage(
-    run_dir: Path,
-    *,
-    service: ServiceClient,
-    model: ModelConfig,
-    train_path: Path,
-    test_path: Path | None = None,
-    steps: int,
-    batch_size: int,
-    learning_rate: float,
-    weight_decay: float = 0.0,
-    max_warmup_steps: int = 50,
-    train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE,
-    seed: int,
-    eval_every: int = 0,
-    sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
-    progress: bool,
-) -> TrainResult:
-    """The recipes' SFT stage: ``steps`` steps of :func:`tempering.sft.train_supervised` on the
-    chat file ``train_path``, logged to ``run_dir`` (overwritten, no periodic checkpoints).
-
-    Adam with ``beta2=0.98`` and a constant learning rate after a linear warmup of
-    ``min(max_warmup_steps, steps // 10)`` steps; the data is repeated as needed. With
-    ``test_path`` the held-out NLL is evaluated (``test/nll``), with ``sampling_evaluators``,
-    before the first step, every ``eval_every`` steps and after the last. The run's
-    ``config.json`` records the equivalent :class:`~tempering.sft.SFTConfig`.
+def default_learning_rate(
+    base_model: str, learning_rate: float | None, *, tiny: float = 2e-3, lora: float | None = None
+) -> float:
+    """``learning_rate`` if given (it must be positive); else ``tiny`` for the tiny model on the
+    local engine (full fine-tuning from random weights); else ``lora`` if given; else the
+    model's recommended LoRA learning rate (:func:`tempering.model_info.get_lr`, the Tinker
+    Cookbook's formula) where there is one, and 2e-4 where there is none.
 
     Example::
 
-        sft = await sft_stage(run_dir / "sft", service=service, model=model, train_path=train_path,
-                              steps=600, batch_size=64, learning_rate=2e-3, seed=0, progress=True)
-        sft.final.state_path    # init_state of the next stage
+        default_learning_rate("tempering/tiny", None)                 # 2e-3
+        default_learning_rate("Qwen/Qwen3-4B-Instruct-2507", None)    # 5.4e-4 (get_lr)
+        default_learning_rate("acme/Model-7B", None)                  # 2e-4
     """
-    from tempering.sft import ChatData, NLLEvaluator, SFTConfig, train_supervised
-    from tempering.training import AdamConfig, LRSchedule, RunConfig
-
-    run = RunConfig(
-        log_dir=str(run_dir), if_exists="overwrite", save_every=0, eval_every=eval_every, progress=progress
-    )
-    adam = AdamConfig(
-        learning_rate=learning_rate,
-        beta2=0.98,
-        weight_decay=weight_decay,
-        schedule=LRSchedule("constant", warmup_steps=min(max_warmup_steps, steps // 10)),
-    )
-    data = ChatData(
-        path=str(train_path),
-        test_path=None if test_path is None else str(test_path),
-        batch_size=batch_size,
-        train_on_what=train_on_what,
-        seed=seed,
-    )
-    train_ds, test_ds = data(model)()
-    config = SFTConfig(
-        run=run,
-        model=model,
-        data=data,
-        adam=adam,
-        num_epochs=max(1, -(-steps // max(1, len(train_ds)))),
-        max_steps=steps,
-    )
-    return await train_supervised(
-        config,
-        run=run,
-        model=model,
-        adam=adam,
-        train=train_ds,
-        num_epochs=config.num_epochs,
-        max_steps=steps,
-        training_evaluators=[NLLEvaluator(test_ds)] if test_ds is not None else [],
-        sampling_evaluators=sampling_evaluators,
-        service=service,
-    )
+    if learning_rate is not None:
+        if not (math.isfinite(learning_rate) and learning_rate > 0):
+            raise ValueError(f"a learning rate must be a positive number, got {learning_rate}")
+        return learning_rate
+    if base_model == TINY_MODEL and not uses_hosted_service():
+        return tiny
+    if lora is not None:
+        return lora
+    try:
+        return get_lr(base_model, lora=True)
+    except (UnknownModelError, NotImplementedError):
+        return 2e-4

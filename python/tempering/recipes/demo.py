@@ -4,13 +4,13 @@ rewards from that checkpoint, on the local engine with the built-in tiny model, 
 The pipeline is made of the library's own pieces; nothing here is a training loop:
 
 1. Data: every two-digit ``a+b=`` / ``a-b=`` problem, split by a seeded shuffle into a held-out
-   set (``n_test``) and the training set (:mod:`tempering.recipes.arithmetic`); written as chat
+   set (``n_test``) and the training set (:mod:`tempering.envs.arithmetic`); written as chat
    JSONL into ``<out>/data``.
 2. SFT: :func:`tempering.sft.train_supervised` (full fine-tuning of ``tempering/tiny``,
    ``--sft-steps`` steps) with held-out NLL and held-out accuracy evaluators; run directory
    ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` starting from the SFT run's final checkpoint
-   (``ModelConfig.init_state``) on :class:`~tempering.recipes.arithmetic.ArithmeticProblems`
+   (``ModelConfig.init_state``) on :class:`~tempering.envs.arithmetic.ArithmeticProblems`
    (reward 1 for the exact answer), ``--rl-steps`` steps of ``rl_batch_size`` problems ×
    ``group_size`` samples, advantages normalised per group, learning rate decayed linearly; run
    directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories``.
@@ -21,6 +21,12 @@ The pipeline is made of the library's own pieces; nothing here is a training loo
 
 Held-out accuracy is the mean exact-match of ``eval_samples`` answers per held-out problem
 sampled at temperature 1 (the policy as RL samples it); greedy accuracy is recorded beside it.
+Every problem draws from its own seed (:class:`~tempering.evals.accuracy.AccuracyEvaluator`),
+and each accuracy comes with its 95% Wilson interval (``ci95`` in ``summary.json``, the summary
+line and the report).
+
+The RL stage alone, from the SFT checkpoint, is ``tempering rl dataset:arithmetic-demo`` (see
+docs/quickstart.md).
 
 Shapes: ``P`` problems per RL step (``rl_batch_size``), ``G`` samples per problem (``group_size``).
 
@@ -35,27 +41,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from tempering.backend import ModelConfig, load_tokenizer
-from tempering.recipes._common import sft_stage
-from tempering.recipes.arithmetic import (
-    AccuracyEvaluator,
-    ArithmeticProblems,
-    split_problems,
-    write_chat_jsonl,
-)
+from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
+from tempering.evals.accuracy import AccuracyEvaluator
+from tempering.evals.accuracy_report import plot_curves, write_html_report
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
-from tempering.training import AdamConfig, LRSchedule, RunConfig
-from tempering.training.loop import eval_due
+from tempering.training import RunDir
 from tempering.training.schedule import ScheduleKind
 
 __all__ = ["DemoConfig", "DemoSummary", "main"]
@@ -113,7 +112,8 @@ class DemoConfig:
 
 @attrs.frozen
 class DemoSummary:
-    """What the demo reports: the run directory and the figures also in ``summary.json``."""
+    """What the demo reports: the run directory and the figures also in ``summary.json``, with
+    the 95% Wilson intervals of the accuracies (``ci95``: figure name → ``(low, high)``)."""
 
     run_dir: Path
     sft_accuracy: float
@@ -121,44 +121,47 @@ class DemoSummary:
     sft_greedy_accuracy: float
     rl_greedy_accuracy: float
     wall_seconds: float
+    ci95: Mapping[str, tuple[float, float]] = attrs.field(factory=dict[str, tuple[float, float]])
 
     def line(self) -> str:
         """The final summary line."""
+
+        def acc(name: str) -> str:
+            value: float = getattr(self, name)
+            low, high = self.ci95.get(name, (float("nan"), float("nan")))
+            return f"{value:.1%} [95% CI {low:.1%}-{high:.1%}]"
+
         return (
-            f"held-out accuracy after SFT {self.sft_accuracy:.1%}, after RL {self.rl_accuracy:.1%} "
-            f"(sampled at T=1; greedy {self.sft_greedy_accuracy:.1%} -> {self.rl_greedy_accuracy:.1%}) "
+            f"held-out accuracy after SFT {acc('sft_accuracy')}, after RL {acc('rl_accuracy')} "
+            f"(sampled at T=1; greedy {acc('sft_greedy_accuracy')} -> {acc('rl_greedy_accuracy')}) "
             f"in {self.wall_seconds:.0f} s"
         )
-
-
-def _default_out() -> Path:
-    return Path("runs") / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def _eval_steps(total: int, every: int) -> list[int]:
-    """The steps after which the loop evaluates: 0 (before training), then as ``eval_due`` says."""
-    return [0, *(s for s in range(1, total + 1) if eval_due(s, total, every))]
 
 
 def _combine(stage: str, offset: int, lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"stage": stage, "global_step": offset + int(line["step"]) + 1, **line} for line in lines]
 
 
+def _evaluated_steps(lines: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The steps after which the SFT loop ran its sampling evaluators: 0, then every line that
+    logged ``test/accuracy`` (that line's ``step`` is 0-based)."""
+    return [0, *(int(line["step"]) + 1 for line in lines if "test/accuracy" in line)]
+
+
 async def run_demo(config: DemoConfig) -> DemoSummary:
     """Run the whole demo; see the module docstring."""
     from tempering.local import ServiceClient
-    from tempering.rl import RLConfig, train
 
-    t_start = time.monotonic()
-    out = Path(config.out) if config.out is not None else _default_out()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
     threads = config.num_threads
     if threads is None:
         threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 1)
     service = ServiceClient(num_threads=threads, device="cpu")
+    async with recipe_session("demo", config, service=service) as s:
+        return await _run(config, s, threads)
 
+
+async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummary:
+    out = s.run_dir
     # 1. data
     train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
     train_path = write_chat_jsonl(train_problems, out / "data" / "train.jsonl")
@@ -172,86 +175,50 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
         )
 
     # 2. SFT (full fine-tuning from the randomly initialised tiny model)
-    sft_model = ModelConfig(base_model=_BASE_MODEL, lora_rank=0, seed=config.seed)
     sft_eval = evaluator("sft")
     print(
         f"tempering demo: SFT, {config.sft_steps} steps of {config.sft_batch_size} problems -> {out / 'sft'}"
     )
+    model = ModelConfig(base_model=_BASE_MODEL, lora_rank=0, seed=config.seed)
     sft = await sft_stage(
-        out / "sft",
-        service=service,
-        model=sft_model,
-        train_path=train_path,
-        test_path=test_path,
-        steps=config.sft_steps,
-        batch_size=config.sft_batch_size,
-        learning_rate=config.sft_learning_rate,
-        weight_decay=config.sft_weight_decay,
-        seed=config.seed,
-        eval_every=config.sft_eval_every,
-        sampling_evaluators=[sft_eval],
-        progress=config.progress,
-    )
-    sft_records = [
-        attrs.evolve(r, step=s)
-        for r, s in zip(sft_eval.records, _eval_steps(config.sft_steps, config.sft_eval_every), strict=False)
-    ]
+        s, "sft", SFTStage.of(config, "sft_"), model=model, train_path=train_path, test_path=test_path,
+        seed=config.seed, sampling_evaluators=[sft_eval],
+    )  # fmt: skip
+    steps = _evaluated_steps(sft.metrics)
+    sft_records = [attrs.evolve(r, step=st) for r, st in zip(sft_eval.records, steps, strict=False)]
 
-    # 3. RL from the SFT checkpoint
-    rl_config = RLConfig(
-        # Periodic checkpoints with sampler weights every ``rl_eval_every`` steps: the demo
-        # evaluates them after the run with the SFT stage's evaluator (same problems, same seeds,
-        # rollouts kept for the report); the loop's own held-out pass runs once, at the end.
-        run=RunConfig(
-            log_dir=str(out / "rl"),
-            if_exists="overwrite",
-            save_every=config.rl_eval_every,
-            eval_every=0,
-            save_sampler_weights=True,
-            progress=config.progress,
-        ),
-        dataset=ArithmeticProblems(
-            base_model=_BASE_MODEL,
-            seed=config.seed,
-            n_test=config.n_test,
-            batch_size=config.rl_batch_size,
-            group_size=config.group_size,
-            test_group_size=config.eval_samples,
-        ),
-        model=ModelConfig(base_model=_BASE_MODEL, init_state=sft.final.state_path),
-        adam=AdamConfig(
-            learning_rate=config.rl_learning_rate, beta2=0.98, schedule=LRSchedule(config.rl_lr_schedule)
-        ),
-        num_steps=config.rl_steps,
-        max_tokens=8,
-        temperature=1.0,
-        loss_fn=config.rl_loss_fn,
-        num_substeps=config.rl_num_substeps,
-        normalize_advantages=config.normalize_advantages,
-        log_trajectories=config.log_trajectories,
-    )
+    # 3. RL from the SFT checkpoint. Periodic checkpoints with sampler weights every
+    # ``rl_eval_every`` steps: the demo evaluates them after the run with the SFT stage's
+    # evaluator (same problems, same seeds, rollouts kept for the report); the loop's own
+    # held-out pass runs once, at the end.
+    task = ArithmeticProblems(
+        base_model=_BASE_MODEL, seed=config.seed, n_test=config.n_test, batch_size=config.rl_batch_size,
+        group_size=config.group_size, test_group_size=config.eval_samples,
+    )  # fmt: skip
     print(
         f"tempering demo: RL, {config.rl_steps} steps of {config.rl_batch_size} problems x "
         f"{config.group_size} samples -> {out / 'rl'}"
     )
-    rl = await train(rl_config, service=service)
+    rl = await rl_stage(
+        s, "rl", RLStage.of(config, "rl_", eval_every=0, save_every=config.rl_eval_every), dataset=task,
+        model=ModelConfig(base_model=_BASE_MODEL, init_state=sft.final.state_path), max_tokens=8,
+        normalize_advantages=config.normalize_advantages, log_trajectories=config.log_trajectories,
+    )  # fmt: skip
 
     # 4. held-out evaluation of the RL weights: every periodic checkpoint, then the final ones
-    from tempering.training import RunDir
-
     rl_eval = evaluator("rl")
     rl_steps_evaluated: list[int] = []
     for record in RunDir(out / "rl").checkpoints():
         if record.sampler_path is None or record.step in rl_steps_evaluated:
             continue
-        sampler = await service.create_sampling_client(model_path=record.sampler_path)
-        await rl_eval(sampler)
+        await rl_eval(await s.sampler(record.sampler_path))
         rl_steps_evaluated.append(record.step)
     rl_records = [
-        attrs.evolve(r, step=config.sft_steps + s)
-        for r, s in zip(rl_eval.records, rl_steps_evaluated, strict=True)
+        attrs.evolve(r, step=config.sft_steps + st)
+        for r, st in zip(rl_eval.records, rl_steps_evaluated, strict=True)
     ]
 
+    # 5. metrics.jsonl, curves.png, report.html and summary.json
     lines = _combine("sft", 0, sft.metrics) + _combine("rl", config.sft_steps, list(rl.metrics))
     with (out / "metrics.jsonl").open("w", encoding="utf-8") as f:
         for line in lines:
@@ -260,43 +227,13 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
     points = [("sft", r.step, r.accuracy, r.greedy_accuracy) for r in sft_records]
     points += [("rl", config.sft_steps, sft_final.accuracy, sft_final.greedy_accuracy)]
     points += [("rl", r.step, r.accuracy, r.greedy_accuracy) for r in rl_records]
-
-    from tempering.recipes.report import plot_curves, write_html_report
-
     plot_curves(lines, out / "curves.png", sft_steps=config.sft_steps, accuracy_points=points)
-    wall = time.monotonic() - t_start
-    summary = DemoSummary(
-        run_dir=out,
-        sft_accuracy=sft_final.accuracy,
-        rl_accuracy=rl_final.accuracy,
-        sft_greedy_accuracy=sft_final.greedy_accuracy,
-        rl_greedy_accuracy=rl_final.greedy_accuracy,
-        wall_seconds=wall,
-    )
-    figures = {
-        "sft_accuracy": summary.sft_accuracy,
-        "rl_accuracy": summary.rl_accuracy,
-        "sft_greedy_accuracy": summary.sft_greedy_accuracy,
-        "rl_greedy_accuracy": summary.rl_greedy_accuracy,
-        "wall_seconds": wall,
-    }
-    write_html_report([*sft_records, *rl_records], out / "report.html", summary=figures)
-    (out / "summary.json").write_text(
-        json.dumps(
-            {
-                **figures,
-                "n_test": config.n_test,
-                "eval_samples": config.eval_samples,
-                "torch_threads": threads,
-                "config": attrs.asdict(config),
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    service.close()
-    return summary
+    figures = sft_final.figures("sft") | rl_final.figures("rl")
+    ci95 = sft_final.intervals("sft") | rl_final.intervals("rl")
+    extra = {"n_test": config.n_test, "eval_samples": config.eval_samples, "torch_threads": threads}
+    result = s.finish(figures, extra, ci95=ci95)
+    write_html_report([*sft_records, *rl_records], out / "report.html", summary=result.figures, ci95=ci95)
+    return DemoSummary(run_dir=out, **figures, wall_seconds=result.figures["wall_seconds"], ci95=ci95)
 
 
 def main(config: DemoConfig) -> int:

@@ -31,6 +31,8 @@ Figures (``summary.json``), over the held-out pairs:
 ``wall_seconds``               the whole recipe
 =============================  ==================================================================
 
+``ci95`` holds the 95% Wilson intervals of the accuracies over the held-out pairs.
+
 Shapes: ``P`` held-out pairs; ``D = 2 P`` datums (chosen at even ``d``, rejected at odd).
 
 Example::
@@ -43,119 +45,53 @@ Example::
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 
 from tempering.assets import ASSET_PREFIX
 from tempering.backend import ModelConfig
+from tempering.evals.accuracy import wilson_interval
+from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
 from tempering.model_info import resolve_renderer_name
-from tempering.preference import ComparisonData, DPOConfig, pair_datums, reference_logprobs
+from tempering.preference import ComparisonData, DPOConfig
+from tempering.preference.evaluation import chosen_answers, pair_logprobs
 from tempering.recipes._common import (
-    TINY_MODEL,
+    RecipeConfig,
     RecipeResult,
-    finish,
-    fresh_model,
-    prepare_run_dir,
-    recipe_service,
+    default_learning_rate,
     require_positive,
 )
-from tempering.recipes.chat_sft import (
-    ReplyEvaluator,
-    default_learning_rate,
-    format_replies,
-    replies_json,
-    train_chat_sft,
-)
+from tempering.recipes.chat_sft import train_chat_sft
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, recipe_session
 from tempering.renderers import get_renderer
-from tempering.sft import ChatData
-from tempering.training import AdamConfig, LRSchedule, RunConfig, RunDir
-from tempering_protocols import LabeledComparison, Message, Renderer, SamplingClient
+from tempering.training import RunDir
+from tempering_protocols import LabeledComparison, Renderer
 
-__all__ = ["DPORecipe", "chosen_answers", "pair_logprobs"]
-
-
-async def pair_logprobs(
-    sampler: SamplingClient, renderer: Renderer, pairs: Sequence[LabeledComparison]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """``(chosen_P, rejected_P)``: the sampler's log-probability of each pair's chosen and
-    rejected completion given its prompt, summed over the completion's tokens (ties left out).
-
-    Example::
-
-        chosen_P, rejected_P = await pair_logprobs(sampler, renderer, pairs)
-        float(np.mean(chosen_P > rejected_P))     # the policy's preference accuracy
-    """
-    data_D = pair_datums(renderer, pairs)
-    futures = reference_logprobs(sampler, data_D)
-    lp_D = np.zeros(len(data_D))
-    for d, (datum, future) in enumerate(zip(data_D, futures, strict=True)):
-        logprobs_T = np.asarray([0.0 if x is None else x for x in (await future)[1:]], dtype=np.float64)
-        weights_T = datum.loss_fn_inputs["weights"].to_numpy().astype(np.float64)
-        lp_D[d] = float(logprobs_T @ weights_T)
-    return lp_D[0::2], lp_D[1::2]
+__all__ = ["DPORecipe", "PreferenceRecipe", "split_pairs"]
 
 
-def chosen_answers(pairs: Sequence[LabeledComparison]) -> list[tuple[list[Message], str]]:
-    """``(prompt messages, chosen answer)`` of each pair (ties left out), for a
-    :class:`~tempering.recipes.chat_sft.ReplyEvaluator`.
-
-    Example::
-
-        ReplyEvaluator(chosen_answers(test_pairs), renderer)
-    """
-    out: list[tuple[list[Message], str]] = []
-    for pair in pairs:
-        if pair.label == "Tie":
-            continue
-        c = pair.comparison
-        chosen = c.completion_A if pair.label == "A" else c.completion_B
-        out.append((list(c.prompt_conversation), chosen[-1]["content"]))
-    return out
-
-
-@attrs.frozen
-class _PolicyEval:
-    chosen_P: npt.NDArray[np.float64]
-    rejected_P: npt.NDArray[np.float64]
-
-
-def _last(lines: Sequence[dict[str, Any]], key: str) -> float:
-    for line in reversed(lines):
-        if key in line:
-            return float(line[key])
-    raise KeyError(f"no metrics line has {key!r}")
+def split_pairs(data: ComparisonData, owner: str, flag: str) -> tuple[int, list[LabeledComparison]]:
+    """``(training batches, held-out pairs)`` of ``data``, refusing (naming ``owner`` and the
+    batch-size ``flag``) fewer training pairs than one batch or no held-out pair with a winner."""
+    train, test = data()
+    if len(train) < 1:
+        raise ValueError(
+            f"{owner}: {data.path} has fewer training pairs than one batch ({flag} {data.batch_size})"
+        )
+    if test is None or not chosen_answers(test.items):
+        raise ValueError(f"{owner}: no held-out pairs from {data.path} (--test-pairs {data.test_size})")
+    return len(train), list(test.items)
 
 
 @attrs.frozen(kw_only=True)
-class DPORecipe:
-    """DPO on labeled comparisons from an SFT start, with held-out preference accuracy and
-    reward margin before and after; see the module docstring. Calling it (``await recipe()``)
-    runs it.
+class PreferenceRecipe(RecipeConfig):
+    """What the ``dpo`` and ``rlhf`` recipes share: the model, the chat-SFT stage they start from
+    (or ``init_state``), the labeled comparisons and the held-out replies."""
 
-    Example::
-
-        result = asyncio.run(DPORecipe(out="/tmp/dpo", sft_steps=60, dpo_steps=10)())
-        result.figures["preference_accuracy_after"]
-    """
-
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/dpo-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    """The chat format of ``base_model`` (``tempering.renderers.RENDERERS``)."""
-    lora_rank: int | None = None
-    """LoRA rank of the SFT stage (DPO keeps its shape); default 0 (full fine-tuning) for the
-    tiny model on the local engine, else 32."""
-    seed: int = 0
-    """Seeds the SFT batch order, the LoRA initialisation and the DPO split and batch order."""
     init_state: str | None = None
-    """Start DPO from this ``save_state`` checkpoint (of ``base_model``) instead of an SFT stage."""
+    """Start from this ``save_state`` checkpoint (of ``base_model``) instead of an SFT stage."""
     sft_path: str = ASSET_PREFIX + "arithmetic_chat.jsonl"
     sft_test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     sft_steps: int = 300
@@ -167,6 +103,62 @@ class DPORecipe:
     """Labeled comparisons (``tempering-assets:<name>`` names a shipped file)."""
     test_pairs: int = 60
     """Pairs held out of ``pairs_path`` for the evaluation."""
+    max_tokens: int = 16
+    """Longest reply sampled in the evaluations."""
+    show: int = 5
+    """Held-out replies printed and kept in ``summary.json``."""
+
+    NAME: ClassVar[str] = ""
+
+    def __attrs_post_init__(self) -> None:
+        owner = type(self).__name__
+        require_positive(owner, test_pairs=self.test_pairs, max_tokens=self.max_tokens)
+        if self.init_state is None:
+            require_positive(owner, sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
+
+    async def __call__(self) -> RecipeResult:
+        async with recipe_session(self.NAME, self) as s:
+            extra: dict[str, Any] = {}
+            stages: dict[str, str] = {}
+            start = await self.sft_start(s, extra, stages)
+            return await self.after_sft(s, start, extra, stages)
+
+    async def after_sft(
+        self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
+    ) -> RecipeResult:
+        """The stages after the SFT start (``start``: its ``save_state`` path)."""
+        raise NotImplementedError
+
+    async def sft_start(self, session: RecipeSession, extra: dict[str, Any], stages: dict[str, str]) -> str:
+        """``init_state``, else the final state of the chat-SFT stage, whose figures go into
+        ``extra`` (prefixed ``sft_``) and whose run directory into ``stages``."""
+        if self.init_state is not None:
+            return self.init_state
+        lr = default_learning_rate(self.base_model, self.sft_learning_rate)
+        stage = SFTStage.of(self, "sft_", learning_rate=lr)
+        sft = await train_chat_sft(session, stage, train_path=self.sft_path, test_path=self.sft_test_path)
+        extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
+        stages["sft"] = str(session.run_dir / "sft")
+        return sft.state_path
+
+    def renderer(self) -> Renderer:
+        """The renderer of ``base_model`` (``renderer_name``)."""
+        tokenizer = ModelConfig(base_model=self.base_model).tokenizer()
+        return get_renderer(resolve_renderer_name(self.base_model, self.renderer_name), tokenizer)
+
+
+@attrs.frozen(kw_only=True)
+class DPORecipe(PreferenceRecipe):
+    """DPO on labeled comparisons from an SFT start, with held-out preference accuracy and
+    reward margin before and after; see the module docstring. Calling it (``await recipe()``)
+    runs it.
+
+    Example::
+
+        result = asyncio.run(DPORecipe(out="/tmp/dpo", sft_steps=60, dpo_steps=10)())
+        result.figures["preference_accuracy_after"]
+    """
+
     dpo_steps: int = 60
     """DPO steps (the pairs are repeated as needed: 30 batches an epoch at the defaults)."""
     dpo_batch_size: int = 8
@@ -177,144 +169,85 @@ class DPORecipe:
     """DPO's β: the implicit reward is ``β log(π / π_ref)``."""
     eval_every: int = 20
     """Evaluate DPO every this many steps (0: only before and after)."""
-    max_tokens: int = 16
-    """Longest reply sampled in the evaluations."""
-    show: int = 5
-    """Held-out replies printed and kept in ``summary.json``."""
-    progress: bool = True
-    """Show the progress bars."""
+
+    NAME: ClassVar[str] = "dpo"
 
     def __attrs_post_init__(self) -> None:
         require_positive(
-            "DPORecipe",
-            dpo_steps=self.dpo_steps,
-            dpo_batch_size=self.dpo_batch_size,
-            beta=self.beta,
-            test_pairs=self.test_pairs,
-            max_tokens=self.max_tokens,
+            "DPORecipe", dpo_steps=self.dpo_steps, dpo_batch_size=self.dpo_batch_size, beta=self.beta
         )
-        if self.init_state is None:
-            require_positive("DPORecipe", sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
+        super().__attrs_post_init__()
 
-    async def __call__(self) -> RecipeResult:
-        t_start = time.monotonic()
-        service = recipe_service(self.base_model)  # refuses the tiny model on the hosted service
-        run_dir = prepare_run_dir("dpo", self.out)
-        tokenizer = ModelConfig(base_model=self.base_model).tokenizer()
-        renderer = get_renderer(resolve_renderer_name(self.base_model, self.renderer_name), tokenizer)
-        stages: dict[str, str] = {}
-        extra: dict[str, Any] = {}
-
-        # 1. the SFT start
-        start = self.init_state
-        if start is None:
-            sft_model = fresh_model(
-                self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name
-            )
-            print(f"tempering recipe dpo: SFT, {self.sft_steps} steps -> {run_dir / 'sft'}")
-            sft = await train_chat_sft(
-                run_dir / "sft",
-                service=service,
-                model=sft_model,
-                data=ChatData(
-                    path=self.sft_path,
-                    test_path=self.sft_test_path,
-                    batch_size=self.sft_batch_size,
-                    seed=self.seed,
-                ),
-                steps=self.sft_steps,
-                learning_rate=default_learning_rate(self.base_model, self.sft_learning_rate),
-                eval_every=self.sft_eval_every,
-                max_tokens=self.max_tokens,
-                n_show=self.show,
-                progress=self.progress,
-            )
-            start = sft.state_path
-            stages["sft"] = str(run_dir / "sft")
-            extra |= {
-                "sft_test_nll_after": sft.test_nll_after,
-                "sft_exact_match_after": sft.after.exact_match,
-            }
-
-        # 2. DPO from it
+    async def after_sft(
+        self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
+    ) -> RecipeResult:
+        # 1. the SFT start: ``start``; 2. DPO from it
+        renderer = self.renderer()
         data = ComparisonData(
             path=self.pairs_path, test_size=self.test_pairs, batch_size=self.dpo_batch_size, seed=self.seed
         )
-        train, test = data()
-        if len(train) < 1:
-            raise ValueError(
-                f"DPORecipe: {self.pairs_path} has fewer training pairs than one batch "
-                f"(--dpo-batch-size {self.dpo_batch_size})"
-            )
-        if test is None or not chosen_answers(test.items):
-            raise ValueError(
-                f"DPORecipe: no held-out pairs from {self.pairs_path} (--test-pairs {self.test_pairs})"
-            )
-        test_pairs = list(test.items)
-        dpo_run = RunConfig(
-            log_dir=str(run_dir / "dpo"),
-            if_exists="overwrite",
-            save_every=0,
-            eval_every=self.eval_every,
-            progress=self.progress,
+        n_train, test_pairs = split_pairs(data, "DPORecipe", "--dpo-batch-size")
+        lr = default_learning_rate(self.base_model, self.dpo_learning_rate, tiny=1e-3, lora=1e-5)
+        stage = SFTStage(
+            self.dpo_steps, self.dpo_batch_size, lr, max_warmup_steps=5, schedule="linear", beta2=0.95
         )
         dpo = DPOConfig(
-            run=dpo_run,
+            run=s.run_config("dpo", self.eval_every),
             model=ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start),
             data=data,
-            adam=AdamConfig(
-                learning_rate=default_learning_rate(
-                    self.base_model, self.dpo_learning_rate, tiny=1e-3, lora=1e-5
-                ),
-                schedule=LRSchedule("linear", warmup_steps=min(5, self.dpo_steps // 10)),
-            ),
+            adam=stage.adam(),
             beta=self.beta,
-            num_epochs=-(-self.dpo_steps // len(train)),
+            num_epochs=-(-self.dpo_steps // n_train),
             max_steps=self.dpo_steps,
         )
-        print(
-            f"tempering recipe dpo: DPO, {self.dpo_steps} steps of {self.dpo_batch_size} pairs "
-            f"-> {run_dir / 'dpo'}"
-        )
-        result = await dpo(service)
-        stages["dpo"] = str(run_dir / "dpo")
+        s.say(f"DPO, {self.dpo_steps} steps of {self.dpo_batch_size} pairs -> {s.run_dir / 'dpo'}")
+        result = await dpo(s.service)
+        stages["dpo"] = str(s.run_dir / "dpo")
 
         # 3. held-out evaluation of the reference (the start) and the final policy
-        reference_path = str(RunDir(run_dir / "dpo").read_state()["reference_path"])
+        reference_path = str(RunDir(s.run_dir / "dpo").read_state()["reference_path"])
         final_path = result.final.sampler_path
-        assert final_path is not None, "the final checkpoint always has sampler weights"
-        evaluations: list[_PolicyEval] = []
+        evaluations: list[tuple[np.ndarray, np.ndarray]] = []
         replies = ReplyEvaluator(
-            chosen_answers(test_pairs), renderer, max_tokens=self.max_tokens, n_show=self.show
+            chosen_answers(test_pairs), renderer, max_tokens=self.max_tokens, n_show=self.show, seed=self.seed
         )
         for path in (reference_path, final_path):
-            sampler = await service.create_sampling_client(model_path=path)
-            evaluations.append(_PolicyEval(*await pair_logprobs(sampler, renderer, test_pairs)))
+            sampler = await s.sampler(path)
+            evaluations.append(await pair_logprobs(sampler, renderer, test_pairs))
             await replies(sampler)
-        before, after = evaluations
-        delta_P = (after.chosen_P - before.chosen_P) - (after.rejected_P - before.rejected_P)
+        (chosen_0, rejected_0), (chosen_1, rejected_1) = evaluations
+        delta_P = (chosen_1 - chosen_0) - (rejected_1 - rejected_0)
         right_P = np.where(np.abs(delta_P) < 1e-4, 0.5, (delta_P > 0).astype(np.float64))
-        print(format_replies(replies.records[0], replies.records[-1], "DPO policy; before: the SFT start"))
+        before, after = replies.records[0], replies.records[-1]
+        print(format_replies(before, after, "DPO policy; before: the SFT start"))
+        pref_0, pref_1 = np.mean(chosen_0 > rejected_0), np.mean(chosen_1 > rejected_1)
+        n = len(chosen_0)
         figures = {
-            "preference_accuracy_before": float(np.mean(before.chosen_P > before.rejected_P)),
-            "preference_accuracy_after": float(np.mean(after.chosen_P > after.rejected_P)),
-            "logprob_margin_before": float(np.mean(before.chosen_P - before.rejected_P)),
-            "logprob_margin_after": float(np.mean(after.chosen_P - after.rejected_P)),
+            "preference_accuracy_before": float(pref_0),
+            "preference_accuracy_after": float(pref_1),
+            "logprob_margin_before": float(np.mean(chosen_0 - rejected_0)),
+            "logprob_margin_after": float(np.mean(chosen_1 - rejected_1)),
             "reward_accuracy": float(np.mean(right_P)),
             "reward_margin": float(self.beta * np.mean(delta_P)),
-            "dpo_loss_before": _last(result.metrics, "initial/test/dpo_loss"),
-            "dpo_loss_after": _last(result.metrics, "test/dpo_loss"),
-            "answer_accuracy_before": replies.records[0].exact_match,
-            "answer_accuracy_after": replies.records[-1].exact_match,
-            "wall_seconds": time.monotonic() - t_start,
+            "dpo_loss_before": metric(result.metrics, "initial/test/dpo_loss"),
+            "dpo_loss_after": metric(result.metrics, "test/dpo_loss"),
+            "answer_accuracy_before": before.exact_match,
+            "answer_accuracy_after": after.exact_match,
         }
         extra |= {
-            "test_pairs": len(before.chosen_P),
+            "test_pairs": n,
             "init_state": start,
             "reference_path": reference_path,
             "dpo_state_path": result.final.state_path,
             "dpo_sampler_path": final_path,
-            "replies": replies_json(replies.records[0], replies.records[-1]),
+            "replies": replies_json(before, after),
             "stages": stages,
         }
-        return finish(RecipeResult("dpo", Path(run_dir), figures, extra), config=self)
+        ci95 = {
+            "preference_accuracy_before": wilson_interval(float(pref_0) * n, n),
+            "preference_accuracy_after": wilson_interval(float(pref_1) * n, n),
+            "reward_accuracy": wilson_interval(float(np.sum(right_P)), n),
+            "answer_accuracy_before": before.exact_match_ci95,
+            "answer_accuracy_after": after.exact_match_ci95,
+        }
+        return s.finish(figures, extra, ci95=ci95)

@@ -20,14 +20,15 @@ model by supervised fine-tuning, evaluated on the demo's held-out problems.
    on the local engine) trained with :func:`tempering.sft.train_supervised` for ``--steps``
    steps into ``<out>/student``.
 4. Evaluation: held-out accuracy of the student on the demo's held-out split
-   (:func:`~tempering.recipes.arithmetic.split_problems` with the same ``--seed`` and
+   (:func:`~tempering.envs.arithmetic.split_problems` with the same ``--seed`` and
    ``--n-test``; never trained on by the teacher or the student), ``--eval-samples`` answers per
    problem sampled at temperature 1, and greedy; the teacher's final weights are evaluated the
    same way when they can be loaded, else its ``summary.json`` figure is reported.
 
 ``<out>/summary.json``: ``episodes_logged``, ``episodes_kept``, ``examples``,
 ``student_accuracy``, ``student_greedy_accuracy``, ``teacher_accuracy`` and
-``teacher_greedy_accuracy`` (when known), ``wall_seconds``, and the config.
+``teacher_greedy_accuracy`` (when known), ``wall_seconds``, the accuracies' 95% Wilson intervals
+(``ci95``), and the config.
 
 Shapes: ``P`` problems per RL step, ``G`` samples per problem; ``E`` logged episodes.
 
@@ -42,30 +43,29 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
-from tempering.backend import ServiceClient
-from tempering.recipes._common import (
-    TINY_MODEL,
-    RecipeResult,
-    close_service,
-    finish,
-    fresh_model,
-    prepare_run_dir,
-    recipe_service,
-    sft_stage,
-)
-from tempering.recipes.arithmetic import (
-    AccuracyEvaluator,
-    ArithmeticProblems,
-    split_problems,
-    write_chat_jsonl,
-)
+from tempering.backend import ModelConfig, load_tokenizer
+from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
+from tempering.evals.accuracy import AccuracyEvaluator
+from tempering.model_info import resolve_renderer_name
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import DemoConfig
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
+from tempering.renderers import get_renderer
+from tempering.rl.trajectories import episodes_table, read_trajectories
+from tempering.rl.trajectory_data import (
+    learning_history_examples,
+    select_episodes,
+    supervised_dataset,
+    trajectory_examples,
+)
+from tempering.sft import train_supervised
+from tempering.training import RunDir
+from tempering_protocols import SamplingClient
 
 __all__ = ["Mode", "TrajectorySFTRecipe"]
 
@@ -76,7 +76,7 @@ _DEMO = DemoConfig()
 
 
 @attrs.frozen(kw_only=True)
-class TrajectorySFTRecipe:
+class TrajectorySFTRecipe(RecipeConfig):
     """Logged RL trajectories → SFT of a fresh model → held-out accuracy; see the module
     docstring. ``await recipe()`` runs it.
 
@@ -86,8 +86,6 @@ class TrajectorySFTRecipe:
         result.figures["student_accuracy"], result.figures["episodes_kept"]
     """
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/trajectory-sft-<timestamp>``."""
     log_dir: str | None = None
     """An RL run directory with a trajectory log (``RLConfig(log_trajectories=True)``); default:
     run the teacher here first."""
@@ -101,12 +99,6 @@ class TrajectorySFTRecipe:
     """Rejection sampling: one episode per (prompt, action tokens)."""
     episodes_per_history: int = 4
     """Learning histories: episodes per example."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """Student's LoRA rank; default 0 (full fine-tuning) for the tiny model locally, else 32."""
-    seed: int = 0
-    """Seeds the held-out split (the demo's with the same value), the student and the sampling."""
     n_test: int = 200
     eval_samples: int = 4
     steps: int = _DEMO.sft_steps
@@ -121,10 +113,12 @@ class TrajectorySFTRecipe:
     teacher_rl_batch_size: int = _DEMO.rl_batch_size
     teacher_group_size: int = _DEMO.group_size
     teacher_learning_rate: float = _DEMO.rl_learning_rate
-    progress: bool = True
 
     async def __call__(self) -> RecipeResult:
-        return await _run(self)
+        if self.log_dir is not None:
+            _check_log_split(Path(self.log_dir), self.seed, self.n_test)
+        async with recipe_session("trajectory-sft", self) as s:
+            return await _run(self, s)
 
 
 def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
@@ -146,110 +140,66 @@ def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
                 )
 
 
-async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
-    from tempering.backend import ModelConfig, load_tokenizer
-    from tempering.model_info import resolve_renderer_name
-    from tempering.renderers import get_renderer
-    from tempering.rl import RLConfig, train
-    from tempering.rl.trajectories import episodes_table, read_trajectories
-    from tempering.rl.trajectory_data import (
-        learning_history_examples,
-        select_episodes,
-        supervised_dataset,
-        trajectory_examples,
-    )
-    from tempering.sft import train_supervised
-    from tempering.training import AdamConfig, LRSchedule, RunConfig
-
-    t_start = time.monotonic()
-    if config.log_dir is not None:
-        _check_log_split(Path(config.log_dir), config.seed, config.n_test)
-    run_dir = prepare_run_dir("trajectory-sft", config.out)
-    service = recipe_service(config.base_model)
+async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     tokenizer = load_tokenizer(config.base_model)
     renderer = get_renderer(resolve_renderer_name(config.base_model, config.renderer_name), tokenizer)
     train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
-
-    def evaluator(stage: str) -> AccuracyEvaluator:
-        return AccuracyEvaluator(
-            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=config.seed
-        )
-
-    def adam(learning_rate: float, steps: int, weight_decay: float) -> AdamConfig:
-        return AdamConfig(
-            learning_rate=learning_rate,
-            beta2=0.98,
-            weight_decay=weight_decay,
-            schedule=LRSchedule("constant", warmup_steps=min(50, steps // 10)),
-        )
-
     figures: dict[str, float] = {}
+    ci95: dict[str, tuple[float, float]] = {}
     extra: dict[str, Any] = {"mode": config.mode}
+
+    evaluator = AccuracyEvaluator(
+        test_problems, renderer, tokenizer, num_samples=config.eval_samples, seed=config.seed
+    )
+
+    async def evaluate(name: str, sampler: SamplingClient) -> None:
+        await evaluator(sampler)
+        figures.update(evaluator.records[-1].figures(name))
+        ci95.update(evaluator.records[-1].intervals(name))
 
     # 1. the teacher's trajectory log
     if config.log_dir is None:
-        train_path = write_chat_jsonl(train_problems, run_dir / "data" / "train.jsonl")
-        sft_model = fresh_model(
-            config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
+        train_path = write_chat_jsonl(train_problems, s.run_dir / "data" / "train.jsonl")
+        print(
+            f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}"
         )
-        print(f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {run_dir}")
+        # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
+        stage = SFTStage.of(_DEMO, "sft_", steps=config.teacher_sft_steps, eval_every=10)
         sft = await sft_stage(
-            run_dir / "teacher-sft",
-            service=service,
-            model=sft_model,
-            train_path=train_path,
-            steps=config.teacher_sft_steps,
-            batch_size=_DEMO.sft_batch_size,
-            learning_rate=_DEMO.sft_learning_rate,
-            weight_decay=_DEMO.sft_weight_decay,
-            seed=config.seed,
-            eval_every=10,  # RunConfig's default, as this stage always had (it has no evaluator)
-            progress=config.progress,
+            s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
-        rl_config = RLConfig(
-            run=RunConfig(
-                log_dir=str(run_dir / "teacher-rl"),
-                if_exists="overwrite",
-                save_every=0,
-                eval_every=0,
-                progress=config.progress,
-            ),
-            dataset=ArithmeticProblems(
-                base_model=config.base_model,
-                renderer_name=config.renderer_name,
-                seed=config.seed,
-                n_test=config.n_test,
-                batch_size=config.teacher_rl_batch_size,
-                group_size=config.teacher_group_size,
-                test_group_size=config.eval_samples,
-            ),
-            model=ModelConfig(
-                base_model=config.base_model,
-                init_state=sft.final.state_path,
-                renderer_name=config.renderer_name,
-            ),
-            adam=AdamConfig(
-                learning_rate=config.teacher_learning_rate,
-                beta2=0.98,
-                schedule=LRSchedule(_DEMO.rl_lr_schedule),
-            ),
-            num_steps=config.teacher_rl_steps,
-            max_tokens=8,
-            loss_fn=_DEMO.rl_loss_fn,
-            num_substeps=_DEMO.rl_num_substeps,
-            normalize_advantages=_DEMO.normalize_advantages,
-            log_trajectories=True,
+        task = ArithmeticProblems(
+            base_model=config.base_model, renderer_name=config.renderer_name, seed=config.seed,
+            n_test=config.n_test, batch_size=config.teacher_rl_batch_size,
+            group_size=config.teacher_group_size, test_group_size=config.eval_samples,
+        )  # fmt: skip
+        model = ModelConfig(
+            base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
+        )
+        rl = RLStage.of(
+            _DEMO, "rl_", steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate
         )
         print(f"tempering recipe trajectory-sft: teacher RL, {config.teacher_rl_steps} steps, logged")
-        await train(rl_config, service=service)
-        log_dir = run_dir / "teacher-rl"
+        await rl_stage(
+            s, "teacher-rl", rl, dataset=task, model=model, max_tokens=8,
+            normalize_advantages=_DEMO.normalize_advantages, log_trajectories=True,
+        )  # fmt: skip
+        log_dir = s.run_dir / "teacher-rl"
     else:
         log_dir = Path(config.log_dir)
     extra["log_dir"] = str(log_dir)
 
     # 2. the teacher's accuracy: its final weights, evaluated here, else its recorded figure
-    teacher = await _teacher_accuracy(log_dir, service, evaluator("teacher"))
-    figures.update(teacher)
+    final = [r.sampler_path for r in RunDir(log_dir).checkpoints() if r.final and r.sampler_path]
+    teacher_path = final[-1] if final else None
+    try:
+        teacher = await s.sampler(teacher_path) if teacher_path else None
+    except (FileNotFoundError, ValueError):  # e.g. another machine's checkpoint store
+        teacher = None
+    if teacher is not None:
+        await evaluate("teacher", teacher)
+    else:
+        figures.update(_recorded(log_dir))
 
     # 3. the data
     table = read_trajectories(log_dir)
@@ -275,68 +225,34 @@ async def _run(config: TrajectorySFTRecipe) -> RecipeResult:
     train_ds = supervised_dataset(examples, batch_size=config.batch_size, seed=config.seed)
 
     # 4. the student: a fresh model, SFT on the examples
-    student_model = fresh_model(
-        config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
-    )
     print(
         f"tempering recipe trajectory-sft: student SFT on {len(examples)} examples "
-        f"({config.mode}), {config.steps} steps -> {run_dir / 'student'}"
+        f"({config.mode}), {config.steps} steps -> {s.run_dir / 'student'}"
     )
-    student_run = RunConfig(
-        log_dir=str(run_dir / "student"),
-        if_exists="overwrite",
-        save_every=0,
-        eval_every=0,
-        progress=config.progress,
-    )
+    stage = SFTStage.of(config, "")
     student = await train_supervised(
         config,
-        run=student_run,
-        model=student_model,
-        adam=adam(config.learning_rate, config.steps, config.weight_decay),
+        run=s.run_config("student"),
+        model=fresh_model(config),
+        adam=stage.adam(),
         train=train_ds,
         num_epochs=math.ceil(config.steps / len(train_ds)),
         max_steps=config.steps,
-        service=service,
+        service=s.service,
     )
     extra["student_checkpoint"] = student.final.sampler_path
-    sampler = await service.create_sampling_client(model_path=student.final.sampler_path)
-    metrics = await evaluator("student")(sampler)
-    figures["student_accuracy"] = metrics["test/accuracy"]
-    figures["student_greedy_accuracy"] = metrics["test/accuracy_greedy"]
-    figures["wall_seconds"] = time.monotonic() - t_start
-    close_service(service)
-    return finish(RecipeResult("trajectory-sft", run_dir, figures, extra), config=config)
+    await evaluate("student", await s.sampler(student.final.sampler_path))
+    return s.finish(figures, extra, ci95=ci95)
 
 
-async def _teacher_accuracy(
-    log_dir: Path, service: ServiceClient, evaluator: AccuracyEvaluator
-) -> dict[str, float]:
-    """The teacher's held-out accuracy: its final sampler weights (``checkpoints.jsonl``)
-    evaluated with ``evaluator`` when they load; else the demo's ``summary.json``
-    (``rl_accuracy``) beside the log; else nothing."""
-    index = log_dir / "checkpoints.jsonl"
-    if index.is_file():
-        records = [json.loads(line) for line in index.read_text().splitlines() if line.strip()]
-        final = [r for r in records if r.get("final") and r.get("sampler_path")]
-        if final:
-            try:
-                sampler = await service.create_sampling_client(model_path=final[-1]["sampler_path"])
-            except (FileNotFoundError, ValueError):  # e.g. another machine's checkpoint store
-                sampler = None
-            if sampler is not None:
-                metrics = await evaluator(sampler)
-                return {
-                    "teacher_accuracy": metrics["test/accuracy"],
-                    "teacher_greedy_accuracy": metrics["test/accuracy_greedy"],
-                }
+def _recorded(log_dir: Path) -> dict[str, float]:
+    """The teacher's accuracy as the demo's ``summary.json`` beside the log records it (``rl_…``)."""
     summary = log_dir.parent / "summary.json"
-    if summary.is_file():
-        recorded: dict[str, Any] = json.loads(summary.read_text())
-        out = {
-            f"teacher_{k}": float(recorded[f"rl_{k}"])
-            for k in ("accuracy", "greedy_accuracy")
-            if isinstance(recorded.get(f"rl_{k}"), int | float)
-        }
-        return out
-    return {}
+    if not summary.is_file():
+        return {}
+    recorded: dict[str, Any] = json.loads(summary.read_text())
+    return {
+        f"teacher_{k}": float(recorded[f"rl_{k}"])
+        for k in ("accuracy", "greedy_accuracy")
+        if isinstance(recorded.get(f"rl_{k}"), int | float)
+    }

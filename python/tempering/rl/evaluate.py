@@ -1,11 +1,20 @@
 """Evaluations that play envs with a policy (they run rollouts, so they live above ``envs/``).
 
-:func:`evaluate_against_random` plays tic-tac-toe as X and as O against a uniformly random
-player and returns the :class:`~tempering.envs.tic_tac_toe.TicTacToeStats` of each side.
+- :func:`evaluate_against_random` plays tic-tac-toe as X and as O against a uniformly random
+  player and returns the :class:`~tempering.envs.tic_tac_toe.TicTacToeStats` of each side.
+- :func:`evaluate_guess_number` plays guess-number groups and summarises them.
+- :func:`evaluate_dataset` rolls out a test ``RLDataset`` as the RL loop's evaluation does.
+- :func:`play_groups` plays builders and returns their trajectories, raising on a failed game.
+
+Every group draws from its own seed, derived from the call's ``seed`` by :func:`rollout_batch`
+(``sampling_seed(seed, "group", p)``) and, per member and turn, below it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberStats, guess_number_stats
 from tempering.envs.tic_tac_toe import (
     MARKS,
     Side,
@@ -13,10 +22,74 @@ from tempering.envs.tic_tac_toe import (
     TicTacToeVsRandomGroupBuilder,
     tic_tac_toe_stats,
 )
-from tempering.rl.rollouts import RolloutConfig, rollout_batch
-from tempering_protocols import Renderer, TokenCompleter
+from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
+from tempering.rl.rollouts import GroupRollout, RolloutConfig, rollout_batch
+from tempering.rl.train import rollout_metrics
+from tempering_protocols import (
+    EnvGroupBuilder,
+    Renderer,
+    RLDataset,
+    SamplingClient,
+    TokenCompleter,
+    Trajectory,
+)
 
-__all__ = ["evaluate_against_random"]
+__all__ = ["evaluate_against_random", "evaluate_dataset", "evaluate_guess_number", "play_groups"]
+
+
+async def play_groups(
+    builders: Sequence[EnvGroupBuilder], policy: TokenCompleter, *, seed: int, what: str
+) -> list[Trajectory]:
+    """Play every group of ``builders`` with ``policy`` (seeded from ``seed``) and return all
+    their trajectories; a ``RuntimeError`` naming ``what`` if any episode failed.
+
+    Example::
+
+        trajectories = await play_groups(builders, policy, seed=0, what="guess-number evaluation")
+    """
+    rollouts = await rollout_batch(builders, policy, RolloutConfig(), seed=seed)
+    if any(r.group is None or r.n_failed for r in rollouts):
+        failures = {k: v for r in rollouts for k, v in r.failures.items()}
+        raise RuntimeError(f"{what}: episodes failed: {failures}")
+    return [t for r in rollouts if r.group is not None for t in r.group.trajectories_G]
+
+
+async def evaluate_guess_number(
+    sampler: SamplingClient,
+    builders: Sequence[GuessNumberGroupBuilder],
+    *,
+    max_tokens: int,
+    seed: int,
+    temperature: float = 1.0,
+) -> GuessNumberStats:
+    """Play every group of ``builders`` with ``sampler`` (seeded) and summarise the episodes.
+
+    Example::
+
+        stats = await evaluate_guess_number(sampler, test_builders, max_tokens=6, seed=0)
+        stats.success, stats.turns
+    """
+    policy = TinkerTokenCompleter(sampler, max_tokens, temperature)
+    return guess_number_stats(await play_groups(builders, policy, seed=seed, what="guess-number evaluation"))
+
+
+async def evaluate_dataset(
+    dataset: RLDataset, policy: TokenCompleter, *, seed: int, after: int = 0
+) -> dict[str, float]:
+    """``test/…`` metrics of every batch of ``dataset`` rolled out as the RL loop's evaluation
+    after ``after`` steps does (batch ``i`` seeded with ``sampling_seed(seed, "test", after, i)``).
+
+    Example::
+
+        metrics = await evaluate_dataset(test_ds, TinkerTokenCompleter(sampler, 16, 1.0), seed=0)
+    """
+    rollouts: list[GroupRollout] = []
+    for i in range(len(dataset)):
+        batch = dataset.get_batch(i)
+        rollouts += await rollout_batch(
+            batch, policy, RolloutConfig(), seed=sampling_seed(seed, "test", after, i)
+        )
+    return rollout_metrics(rollouts, prefix="test")
 
 
 async def evaluate_against_random(
@@ -49,11 +122,6 @@ async def evaluate_against_random(
             )
             for p, n in enumerate(sizes)
         ]
-        rollouts = await rollout_batch(builders, policy, RolloutConfig(), seed=seed * 2 + i)
-        failures = {k: v for r in rollouts for k, v in r.failures.items()}
-        if any(r.group is None or r.n_failed for r in rollouts):
-            raise RuntimeError(f"evaluate_against_random: games failed as {side}: {failures}")
-        out[side] = tic_tac_toe_stats(
-            [t for r in rollouts if r.group is not None for t in r.group.trajectories_G]
-        )
+        what = f"evaluate_against_random as {side}"
+        out[side] = tic_tac_toe_stats(await play_groups(builders, policy, seed=seed * 2 + i, what=what))
     return out

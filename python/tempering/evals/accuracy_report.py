@@ -1,11 +1,13 @@
-"""The demo's outputs besides ``metrics.jsonl``: a PNG plot and a self-contained HTML report.
+"""Reports of :class:`~tempering.evals.accuracy.AccuracyEvaluator` runs over an SFT-then-RL
+pipeline (``tempering demo``'s): a PNG plot and a self-contained HTML report.
 
 - :func:`plot_curves`: held-out accuracy against step for both stages (SFT, then RL), the RL
   training reward, and the SFT training loss (matplotlib, Agg backend, imported lazily: the
   ``recipes`` extra).
-- :func:`write_html_report`: per evaluation, a few held-out problems with their sampled
-  answers: prompt, response, reward, and each token coloured by its advantage (reward minus
-  the mean reward of the problem's samples: green above the mean, red below).
+- :func:`write_html_report`: per evaluation (:class:`~tempering.evals.accuracy.EvalRecord`), its
+  accuracies with their 95% intervals and a few held-out problems with their sampled answers:
+  prompt, response, reward, and each token coloured by its advantage (reward minus the mean
+  reward of the problem's samples: green above the mean, red below).
 
 Example::
 
@@ -20,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tempering.recipes.arithmetic import EvalRecord, SampledAnswer
+from tempering.evals.accuracy import EvalRecord, SampledAnswer
 
 __all__ = ["plot_curves", "write_html_report"]
 
@@ -96,6 +98,10 @@ def plot_curves(
     return out
 
 
+def _interval(ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})"
+
+
 def _color(advantage: float) -> str:
     """Green for a positive advantage, red for a negative one, white at zero."""
     a = max(-1.0, min(1.0, advantage))
@@ -142,9 +148,12 @@ def write_html_report(
     *,
     title: str = "tempering demo: sampled rollouts",
     summary: Mapping[str, float] | None = None,
+    ci95: Mapping[str, tuple[float, float]] | None = None,
 ) -> Path:
-    """One self-contained HTML file: for each evaluation, its accuracy and the sampled answers
-    of a few held-out problems (all text html-escaped; tokens coloured by advantage)."""
+    """One self-contained HTML file: the ``summary`` figures (with their 95% intervals from
+    ``ci95``), then for each evaluation its accuracies with their 95% Wilson intervals and the
+    sampled answers of a few held-out problems (all text html-escaped; tokens coloured by
+    advantage)."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
@@ -154,12 +163,16 @@ def write_html_report(
         "for its logprob.</p>",
     ]
     if summary:
-        items = "".join(f"<li>{html.escape(k)}: {v:.3f}</li>" for k, v in summary.items())
+        intervals = ci95 or {}
+        items = "".join(
+            f"<li>{html.escape(k)}: {v:.3f}{_interval(intervals.get(k))}</li>" for k, v in summary.items()
+        )
         parts.append(f"<ul>{items}</ul>")
     for record in records:
         parts.append(
             f"<h2>{html.escape(record.stage.upper())}, step {record.step}</h2>"
-            f"<p>held-out accuracy {record.accuracy:.3f} (sampled), {record.greedy_accuracy:.3f} (greedy)</p>"
+            f"<p>held-out accuracy {record.accuracy:.3f}{_interval(record.accuracy_ci95)} (sampled), "
+            f"{record.greedy_accuracy:.3f}{_interval(record.greedy_accuracy_ci95)} (greedy)</p>"
         )
         for problem, answers in record.problems:
             parts.append(

@@ -1,0 +1,346 @@
+"""The recipe skeleton: a session that owns the run directory and the service, and the SFT and
+RL stages every recipe is made of.
+
+- :func:`recipe_session` (an async context manager) creates the service (refusing the tiny
+  model on the hosted service *before* it touches ``--out``), then the run directory, yields a
+  :class:`RecipeSession`, and closes the service however the block ends.
+  :meth:`RecipeSession.finish` adds ``wall_seconds``, writes ``summary.json`` and returns the
+  :class:`~tempering.recipes._common.RecipeResult`.
+- :class:`SFTStage` / :class:`RLStage`: a stage's optimisation (steps, batch, learning rate,
+  schedule, evaluation period), read from a recipe's flat flags by prefix with :meth:`SFTStage.of`
+  (``--sft-steps`` → ``SFTStage.steps``), so the command line keeps one flat flag per setting.
+- :func:`sft_stage` / :func:`rl_stage` run a stage into ``<run dir>/<name>`` (overwritten);
+  :func:`sft_then_rl` is the warm start: SFT of a fresh model, then RL from its final state.
+
+Example::
+
+    @attrs.frozen(kw_only=True)
+    class MyRecipe(RecipeConfig):   # --out, --base-model, --renderer-name, --lora-rank, --seed, --progress
+        sft_steps: int = 100
+        sft_batch_size: int = 16
+        sft_learning_rate: float = 2e-3
+        rl_steps: int = 10
+        rl_learning_rate: float = 1e-4
+
+        async def __call__(self) -> RecipeResult:
+            async with recipe_session("my-recipe", self) as s:
+                sft, rl = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"),
+                                            train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
+                return s.finish({"reward": metric(rl.metrics, "env/reward/mean")})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import attrs
+
+from tempering.backend import ServiceClient
+from tempering.recipes._common import RecipeResult, close_service, finish, prepare_run_dir, recipe_service
+from tempering.training.schedule import ScheduleKind
+from tempering_protocols import SamplingClient, TrainOnWhat
+
+if TYPE_CHECKING:
+    from tempering.backend import ModelConfig
+    from tempering.rl.train import LossName
+    from tempering.training import AdamConfig, RunConfig, TrainResult
+    from tempering_protocols import RLDatasetBuilder, SamplingClientEvaluator
+
+__all__ = [
+    "RLStage",
+    "RecipeSession",
+    "SFTStage",
+    "metric",
+    "recipe_session",
+    "rl_stage",
+    "sft_stage",
+    "sft_then_rl",
+]
+
+
+class _FromFlags:
+    @classmethod
+    def of(cls, config: object, prefix: str, **overrides: Any) -> Self:
+        """The stage read from ``config``'s flat fields ``<prefix><field>`` (those it has; the
+        others keep their defaults), then ``overrides``.
+
+        Example::
+
+            SFTStage.of(DemoConfig(), "sft_")     # sft_steps, sft_batch_size, sft_learning_rate, ...
+            RLStage.of(config, "rl_", learning_rate=2e-4, eval_every=0)
+        """
+        names = [f.name for f in attrs.fields(cls)]  # pyright: ignore[reportArgumentType]
+        values = {n: getattr(config, prefix + n) for n in names if hasattr(config, prefix + n)}
+        return cls(**(values | overrides))
+
+
+@attrs.frozen
+class SFTStage(_FromFlags):
+    """A supervised stage's optimisation (also used for DPO and reward-model stages): ``steps``
+    steps of ``batch_size`` examples, Adam at ``learning_rate`` (``beta2``, ``weight_decay``)
+    after a linear warmup of ``min(max_warmup_steps, steps // 10)`` steps, then ``schedule``;
+    evaluated every ``eval_every`` steps (0: before and after only).
+
+    Example::
+
+        SFTStage(600, 64, 2e-3, weight_decay=0.1).adam()
+    """
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    weight_decay: float = 0.0
+    eval_every: int = 0
+    max_warmup_steps: int = 50
+    schedule: ScheduleKind = "constant"
+    beta2: float = 0.98
+    train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
+
+    def adam(self) -> AdamConfig:
+        """The stage's :class:`~tempering.training.AdamConfig`."""
+        from tempering.training import AdamConfig, LRSchedule
+
+        warmup = min(self.max_warmup_steps, self.steps // 10)
+        return AdamConfig(
+            learning_rate=self.learning_rate,
+            beta2=self.beta2,
+            weight_decay=self.weight_decay,
+            schedule=LRSchedule(self.schedule, warmup_steps=warmup),
+        )
+
+
+@attrs.frozen
+class RLStage(_FromFlags):
+    """An RL stage's optimisation: ``steps`` steps, Adam at ``learning_rate`` (``beta2``) with
+    ``lr_schedule`` (no warmup), ``loss_fn`` with ``num_substeps`` optimizer steps per batch;
+    the loop's held-out evaluation every ``eval_every`` steps and periodic checkpoints (with
+    sampler weights) every ``save_every`` (0: at the end only).
+
+    Example::
+
+        RLStage(80, 2e-4, lr_schedule="linear", save_every=10)
+    """
+
+    steps: int
+    learning_rate: float
+    lr_schedule: ScheduleKind = "constant"
+    eval_every: int = 0
+    save_every: int = 0
+    loss_fn: LossName = "importance_sampling"
+    num_substeps: int = 1
+    beta2: float = 0.98
+
+
+@attrs.define
+class RecipeSession:
+    """A running recipe: its name, run directory, service and config (see :func:`recipe_session`)."""
+
+    name: str
+    run_dir: Path
+    service: ServiceClient
+    config: Any
+    progress: bool = True
+    t_start: float = attrs.field(factory=time.monotonic)
+
+    def say(self, text: str) -> None:
+        """Print ``tempering recipe <name>: <text>`` (flushed)."""
+        print(f"tempering recipe {self.name}: {text}", flush=True)
+
+    def run_config(self, name: str, eval_every: int = 0, save_every: int = 0) -> RunConfig:
+        """The :class:`~tempering.training.RunConfig` of stage ``name``: ``<run dir>/<name>``,
+        overwritten, checkpoints every ``save_every`` steps (0: the final one only)."""
+        from tempering.training import RunConfig
+
+        log_dir = str(self.run_dir / name)
+        return RunConfig(
+            log_dir=log_dir,
+            if_exists="overwrite",
+            save_every=save_every,
+            eval_every=eval_every,
+            progress=self.progress,
+        )
+
+    async def sampler(self, path: str | None) -> SamplingClient:
+        """A sampling client of the sampler weights at ``path`` (a final checkpoint's)."""
+        assert path is not None, "a final checkpoint always has sampler weights"
+        return await self.service.create_sampling_client(model_path=path)
+
+    def finish(
+        self,
+        figures: Mapping[str, float],
+        extra: Mapping[str, Any] | None = None,
+        *,
+        ci95: Mapping[str, tuple[float, float]] | None = None,
+    ) -> RecipeResult:
+        """``figures`` plus ``wall_seconds``, and ``extra``, written to ``summary.json`` with the
+        config; ``ci95``: the 95% intervals of accuracy figures (``summary.json``'s ``ci95``)."""
+        payload = dict(extra or {})
+        if ci95:
+            payload["ci95"] = {k: [lo, hi] for k, (lo, hi) in ci95.items()}
+        figures = {**figures, "wall_seconds": time.monotonic() - self.t_start}
+        return finish(RecipeResult(self.name, self.run_dir, figures, payload), config=self.config)
+
+
+@asynccontextmanager
+async def recipe_session(
+    name: str, config: Any, *, base_model: str | None = None, service: ServiceClient | None = None
+) -> AsyncGenerator[RecipeSession]:
+    """Open a recipe's session: ``service`` (default :func:`~tempering.recipes._common.recipe_service`
+    of ``base_model``, default ``config.base_model``), then the run directory ``config.out``
+    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits.
+
+    Example::
+
+        async with recipe_session("chat-sft", self) as s:
+            ...
+            return s.finish({"exact_match_after": 0.4})
+    """
+    t_start = time.monotonic()
+    if service is None:
+        service = recipe_service(base_model if base_model is not None else config.base_model)
+    try:
+        run_dir = prepare_run_dir(name, config.out)
+        yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
+    finally:
+        close_service(service)
+
+
+async def sft_stage(
+    session: RecipeSession,
+    name: str,
+    stage: SFTStage,
+    *,
+    model: ModelConfig,
+    train_path: str | Path,
+    test_path: str | Path | None = None,
+    seed: int,
+    sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
+) -> TrainResult:
+    """The recipes' SFT stage: ``stage.steps`` steps of :func:`tempering.sft.train_supervised`
+    on the chat file ``train_path`` (repeated as needed), logged to ``<run dir>/<name>``. With
+    ``test_path`` the held-out NLL is evaluated (``test/nll``), with ``sampling_evaluators``,
+    before the first step, every ``stage.eval_every`` steps and after the last. The run's
+    ``config.json`` records the equivalent :class:`~tempering.sft.SFTConfig`.
+
+    Example::
+
+        sft = await sft_stage(session, "sft", SFTStage(600, 64, 2e-3), model=model,
+                              train_path=train_path, seed=0)
+        sft.final.state_path    # init_state of the next stage
+    """
+    from tempering.sft import ChatData, NLLEvaluator, SFTConfig, train_supervised
+
+    run = session.run_config(name, stage.eval_every)
+    test = None if test_path is None else str(test_path)
+    data = ChatData(
+        path=str(train_path),
+        test_path=test,
+        batch_size=stage.batch_size,
+        train_on_what=stage.train_on_what,
+        seed=seed,
+    )
+    train_ds, test_ds = data(model)()
+    if len(train_ds) < 1:
+        raise ValueError(f"{train_path}: fewer conversations than one batch of {stage.batch_size}")
+    epochs = -(-stage.steps // len(train_ds))
+    adam = stage.adam()
+    config = SFTConfig(run=run, model=model, data=data, adam=adam, num_epochs=epochs, max_steps=stage.steps)
+    return await train_supervised(
+        config,
+        run=run,
+        model=model,
+        adam=adam,
+        train=train_ds,
+        num_epochs=epochs,
+        max_steps=stage.steps,
+        training_evaluators=[NLLEvaluator(test_ds)] if test_ds is not None else [],
+        sampling_evaluators=sampling_evaluators,
+        service=session.service,
+    )
+
+
+async def rl_stage(
+    session: RecipeSession,
+    name: str,
+    stage: RLStage,
+    *,
+    dataset: RLDatasetBuilder,
+    model: ModelConfig,
+    **options: Any,
+) -> TrainResult:
+    """The recipes' RL stage: :func:`tempering.rl.train` for ``stage.steps`` steps on
+    ``dataset`` from ``model``, logged to ``<run dir>/<name>``; ``options`` are further
+    :class:`~tempering.rl.RLConfig` fields (``max_tokens``, ``seed``, ``kl_penalty_coef``, …).
+
+    Example::
+
+        rl = await rl_stage(session, "rl", RLStage(80, 2e-4, lr_schedule="linear"), dataset=task,
+                            model=ModelConfig(init_state=sft.final.state_path), max_tokens=8)
+    """
+    from tempering.rl import RLConfig, train
+    from tempering.training import AdamConfig, LRSchedule
+
+    adam = AdamConfig(
+        learning_rate=stage.learning_rate, beta2=stage.beta2, schedule=LRSchedule(stage.lr_schedule)
+    )
+    run = session.run_config(name, stage.eval_every, stage.save_every)
+    config = RLConfig(
+        run=run, dataset=dataset, model=model, adam=adam, num_steps=stage.steps, loss_fn=stage.loss_fn,
+        num_substeps=stage.num_substeps, **options,
+    )  # fmt: skip
+    return await train(config, service=session.service)
+
+
+async def sft_then_rl(
+    session: RecipeSession,
+    sft: SFTStage,
+    rl: RLStage,
+    *,
+    train_path: str | Path,
+    task: RLDatasetBuilder,
+    test_path: str | Path | None = None,
+    **rl_options: Any,
+) -> tuple[TrainResult, TrainResult]:
+    """A warm start: :func:`sft_stage` ``"sft"`` of the recipe's fresh model
+    (:func:`~tempering.recipes._common.fresh_model` of ``session.config``: ``base_model``,
+    ``lora_rank``, ``seed``, ``renderer_name``) on ``train_path``, then :func:`rl_stage` ``"rl"``
+    on ``task`` from its final state (seeded with the config's ``seed``); returns both results.
+
+    Example::
+
+        sft, rl = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"),
+                                    train_path=path, task=task, max_tokens=8)
+    """
+    from tempering.backend import ModelConfig
+    from tempering.recipes._common import fresh_model
+
+    config = session.config
+    session.say(f"SFT, {sft.steps} steps of {sft.batch_size} -> {session.run_dir / 'sft'}")
+    first = await sft_stage(
+        session,
+        "sft",
+        sft,
+        model=fresh_model(config),
+        train_path=train_path,
+        test_path=test_path,
+        seed=config.seed,
+    )
+    model = ModelConfig(
+        base_model=config.base_model, init_state=first.final.state_path, renderer_name=config.renderer_name
+    )
+    session.say(f"RL, {rl.steps} steps -> {session.run_dir / 'rl'}")
+    second = await rl_stage(session, "rl", rl, dataset=task, model=model, seed=config.seed, **rl_options)
+    return first, second
+
+
+def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:
+    """The last value of ``key`` in a run's metrics lines; ``KeyError`` if no line has it."""
+    for line in reversed(lines):
+        value = line.get(key)
+        if isinstance(value, int | float):
+            return float(value)
+    raise KeyError(f"no metrics line has {key!r}")
