@@ -123,6 +123,7 @@ def _config_class(command: str) -> type[Any]:
 
 def _train(command: str, argv: Sequence[str]) -> int:
     """Build the config of ``command`` from ``argv`` with tyro, run it, print the final metrics."""
+    from tempering.rl.rollouts import RolloutsFailedError
     from tempering.training import RunExistsError
 
     cls = _config_class(command)
@@ -133,6 +134,9 @@ def _train(command: str, argv: Sequence[str]) -> int:
     except RunExistsError as exc:
         print(f"tempering {command}: {exc}", file=sys.stderr)
         return 2
+    except RolloutsFailedError as exc:
+        print(f"tempering {command}: {exc}", file=sys.stderr)
+        return 1
     last = result.metrics[-1] if result.metrics else {}
     summary = {k: v for k, v in last.items() if not k.startswith("time/")}
     print(json.dumps({"final": result.final.state_path, "sampler": result.final.sampler_path, **summary}))

@@ -10,13 +10,18 @@ concurrency            every env and sampling call is async; sampling requests a
 shared first turn      when every member starts from the same observation and stop condition, the
                        first turn is one request with ``num_samples = G`` (policies that implement
                        :class:`~tempering.rl.policy.GroupTokenCompleter`)
-timeouts, retries      ``rollout_timeout_s`` bounds one member's episode; a failed member is replayed
-                       on a fresh env (``max_retries``) when the group's envs are independent
+timeouts, retries      ``rollout_timeout_s`` (default 600 s) bounds one member's episode, and each of
+                       the group's ``make_envs``, ``compute_group_rewards`` and ``cleanup``; a
+                       failed member is replayed on a fresh env (``max_retries``) when the group's
+                       envs are independent
 viable groups          a group is kept when at least ``min_group_fraction`` of its members finished
-budgets                ``max_turns`` and ``max_trajectory_tokens`` end an episode early (the
-                       trajectory is kept; its end reason says why)
-failures               an env that raises fails its rollout, never the run; failures are counted by
-                       exception type (``rollout/failed/<Type>``); ``cleanup()`` always runs
+budgets                ``max_turns`` (default 64) and ``max_trajectory_tokens`` end an episode early
+                       (the trajectory is kept; its end reason says why)
+failures               an env that raises, returns a reward that is not a finite number, or makes
+                       no envs fails its rollout, never the run; failures are counted by exception
+                       type (``rollout/failed/<Type>``) and each distinct message is logged once at
+                       WARNING; ``cleanup()`` always runs. A training step whose every group failed
+                       stops the run (:func:`raise_if_every_rollout_failed`)
 masking                an env masks a turn (no gradient) by setting ``StepResult.metrics[MASK_TURN]``
 coordinated groups     a builder with ``coordinated_envs = True`` (e.g. the players of one game,
                        who wait for each other) has its members played concurrently from the start
@@ -67,8 +72,11 @@ __all__ = [
     "GroupRollout",
     "RolloutConfig",
     "RolloutLimits",
+    "RolloutsFailedError",
+    "raise_if_every_rollout_failed",
     "rollout_batch",
     "rollout_group",
+    "warn_if_nothing_to_learn",
 ]
 
 _log = logging.getLogger(__name__)
@@ -79,7 +87,9 @@ EndReason = Literal["done", "max_turns", "token_budget"]
 
 @attrs.frozen
 class RolloutConfig:
-    """How rollouts run. Every field has a safe default.
+    """How rollouts run. Every field has a safe default: an env that never ends its episode
+    stops at ``max_turns`` (64) turns, and one that never answers fails after
+    ``rollout_timeout_s`` (600 s); pass ``None`` to lift either limit.
 
     Example::
 
@@ -89,14 +99,15 @@ class RolloutConfig:
 
     max_concurrent_samples: int = 256
     """Sampling requests in flight at once (a group's shared first turn is one request)."""
-    rollout_timeout_s: float | None = None
-    """Wall-clock limit of one member's episode; ``None``: none."""
+    rollout_timeout_s: float | None = 600.0
+    """Wall-clock limit of one member's episode (and of each of the group's ``make_envs``,
+    ``compute_group_rewards`` and ``cleanup`` calls); ``None``: none."""
     max_retries: int = 0
     """Replays of a failed member on a fresh env (independent envs only)."""
     min_group_fraction: float = 1.0
     """Keep a group when at least this fraction of its members finished (at least one)."""
-    max_turns: int | None = None
-    """End an episode after this many turns."""
+    max_turns: int | None = 64
+    """End an episode after this many turns; ``None``: never."""
     max_trajectory_tokens: int | None = None
     """End an episode once its sampled tokens reach this many."""
     share_first_turn: bool = True
@@ -109,16 +120,25 @@ class RolloutConfig:
             raise ValueError(f"min_group_fraction must be in [0, 1], got {self.min_group_fraction}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 (or None: no limit), got {self.max_turns}")
+        timeout = self.rollout_timeout_s
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(
+                f"rollout_timeout_s must be a finite number > 0 (or None: no limit), got {timeout}"
+            )
 
 
 @attrs.define
 class RolloutLimits:
-    """The semaphore that bounds sampling requests, shared by every rollout of a run.
+    """The semaphore that bounds sampling requests, shared by every rollout of a run, and the
+    failure messages already logged (each distinct one is logged once at WARNING).
 
     Create it inside the running event loop.
     """
 
     samples: asyncio.Semaphore
+    warned: set[str] = attrs.field(factory=set[str])
 
     @classmethod
     def from_config(cls, config: RolloutConfig) -> RolloutLimits:
@@ -149,14 +169,105 @@ class GroupRollout:
     builder: EnvGroupBuilder | None = attrs.field(default=None, eq=False)
     """The builder (kept so a stale group can be resampled)."""
     seed: int | None = None
+    first_error: BaseException | None = attrs.field(default=None, eq=False)
+    """The group's first failure (``None``: none)."""
+
+
+class RolloutsFailedError(RuntimeError):
+    """Every group of a training step failed: nothing can be trained on. The message names the
+    failure counts and the first error (also the ``__cause__``)."""
+
+
+class EmptyGroupError(ValueError):
+    """``make_envs`` returned no envs."""
+
+
+class RewardError(ValueError):
+    """An env or group builder returned a reward that is not a finite number."""
+
+
+def _check_reward(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RewardError(
+            f"{where} returned the reward {value!r} ({type(value).__name__}); rewards must be finite numbers"
+        )
+    return float(value)
+
+
+def warn_if_nothing_to_learn(max_tokens: int, group_size: object, *, teacher: bool = False) -> str | None:
+    """Log at WARNING, and return, why an RL run with these settings cannot learn (``None``: it
+    can): no sampled tokens, or groups of one (whose advantage against the group's mean is 0)."""
+    why: str | None = None
+    if max_tokens < 1:
+        why = f"max_tokens is {max_tokens}: no token is sampled, so nothing can be learned"
+    elif group_size == 1 and not teacher:
+        why = (
+            "group_size is 1: every advantage (reward minus the group's mean) is 0, so nothing can be "
+            "learned; use group_size >= 2"
+        )
+    if why is not None:
+        _log.warning("%s", why)
+    return why
+
+
+def raise_if_every_rollout_failed(rollouts: Sequence[GroupRollout], step: int) -> None:
+    """Raise :class:`RolloutsFailedError` when no group of ``rollouts`` (a step's) finished and
+    at least one failed with an error: training on would train on nothing, step after step.
+
+    Example::
+
+        raise_if_every_rollout_failed(rollouts_P, step=3)
+    """
+    if not rollouts or any(r.group is not None for r in rollouts):
+        return
+    errors = [r.first_error for r in sorted(rollouts, key=lambda r: r.index) if r.first_error is not None]
+    if not errors:
+        return
+    counts: Counter[str] = Counter()
+    for r in rollouts:
+        counts.update(r.failures)
+    first = errors[0]
+    detail = ", ".join(f"{k.removeprefix('rollout/failed/')}: {v}" for k, v in sorted(counts.items()))
+    raise RolloutsFailedError(
+        f"step {step}: every rollout failed ({len(rollouts)} group(s); {detail}), so nothing can be "
+        f"trained on. The first error: {_describe(first)}"
+    ) from first
+
+
+def _describe(exc: BaseException) -> str:
+    name = exc.type_name if isinstance(exc, RemoteEnvError) else type(exc).__name__
+    text = exc.message if isinstance(exc, RemoteEnvError) else str(exc)
+    return f"{name}: {text}" if text else name
 
 
 @attrs.define
 class _Stats:
+    index: int
+    warned: set[str]
     sampling_s: float = 0.0
     env_s: float = 0.0
     n_sample_requests: int = 0
     failures: Counter[str] = attrs.field(factory=Counter[str])
+    first_error: BaseException | None = None
+
+    def fail(self, exc: BaseException, what: str) -> None:
+        """Count a failure; log its message at WARNING the first time it is seen in the run."""
+        key = _failure_key(exc)
+        self.failures[key] += 1
+        if self.first_error is None:
+            self.first_error = exc
+        text = _describe(exc)
+        if text not in self.warned:
+            if len(self.warned) < 10_000:
+                self.warned.add(text)
+            _log.warning(
+                "%s of group %d failed: %s (counted in %s; later failures with this message are "
+                "only counted)",
+                what,
+                self.index,
+                text,
+                key,
+            )
 
 
 class _Clock:
@@ -262,6 +373,7 @@ async def _play(
         if ac is None:
             ac = await clock.sample(policy_at(len(transitions))(ob, stop))
         result = await clock.env(env.step(list(ac.tokens)))
+        reward = _check_reward(result.reward, f"{type(env).__name__}.step (turn {len(transitions)})")
         n_tokens += len(ac.tokens)
         done, reason = result.episode_done, "done"
         if not done and config.max_turns is not None and len(transitions) + 1 >= config.max_turns:
@@ -272,7 +384,7 @@ async def _play(
             Transition(
                 ob=ob,
                 ac=ac,
-                reward=result.reward,
+                reward=reward,
                 episode_done=done,
                 metrics=result.metrics,
                 masked=bool(result.metrics.get(MASK_TURN, 0)),
@@ -286,8 +398,11 @@ async def _play(
 async def _with_timeout(aw: Awaitable[_T], seconds: float | None) -> _T:
     if seconds is None:
         return await aw
-    async with asyncio.timeout(seconds):
-        return await aw
+    try:
+        async with asyncio.timeout(seconds):
+            return await aw
+    except TimeoutError as exc:
+        raise TimeoutError(f"timed out after {seconds:g} s (RolloutConfig.rollout_timeout_s)") from exc
 
 
 def _failure_key(exc: BaseException) -> str:
@@ -318,7 +433,7 @@ async def rollout_group(
         rollout.group.get_total_rewards()
     """
     limits = limits if limits is not None else RolloutLimits.from_config(config)
-    stats = _Stats()
+    stats = _Stats(index=index, warned=limits.warned)
     clock = _Clock(stats, limits)
     version = policy_version(policy)
     placed = executor.place(builder) if executor is not None else builder
@@ -331,10 +446,11 @@ async def rollout_group(
     try:
         try:
             tags = list(placed.logging_tags())
-            envs_G = list(await clock.env(placed.make_envs()))
+            envs_G = list(await _with_timeout(clock.env(placed.make_envs()), config.rollout_timeout_s))
+            if not envs_G:
+                raise EmptyGroupError(f"make_envs of {type(builder).__name__} returned no envs")
         except Exception as exc:  # the env's failure, counted
-            stats.failures[_failure_key(exc)] += 1
-            _log.warning("make_envs failed for group %d: %r", index, exc)
+            stats.fail(exc, "make_envs")
             envs_G = []
         n_members = len(envs_G)
         batcher = (
@@ -357,17 +473,16 @@ async def rollout_group(
                     )
                     return traj, env, reason
                 except Exception as exc:  # the env's failure (or a timeout), counted
-                    stats.failures[_failure_key(exc)] += 1
-                    if attempt == 0:
-                        _log.debug("rollout of member %d of group %d failed: %r", g, index, exc)
+                    stats.fail(exc, f"the rollout of member {g}")
                     if coordinated or attempt >= config.max_retries:
                         return None
                 attempt += 1
                 first = None
                 try:
-                    env = list(await clock.env(placed.make_envs()))[g]
+                    fresh = await _with_timeout(clock.env(placed.make_envs()), config.rollout_timeout_s)
+                    env = list(fresh)[g]
                 except Exception as exc:
-                    stats.failures[_failure_key(exc)] += 1
+                    stats.fail(exc, f"make_envs (retry of member {g})")
                     return None
 
         results = await asyncio.gather(*(member(g, env) for g, env in enumerate(envs_G)))
@@ -377,24 +492,24 @@ async def rollout_group(
         if n_members and len(finished) >= needed:
             trajectories_G = [t for t, _, _ in finished]
             try:
-                scored = await clock.env(
-                    placed.compute_group_rewards(trajectories_G, [e for _, e, _ in finished])
+                scored = await _with_timeout(
+                    clock.env(placed.compute_group_rewards(trajectories_G, [e for _, e, _ in finished])),
+                    config.rollout_timeout_s,
                 )
+                where = f"{type(builder).__name__}.compute_group_rewards"
                 group = TrajectoryGroup(
                     trajectories_G=trajectories_G,
-                    final_rewards_G=[float(r) for r, _ in scored],
+                    final_rewards_G=[_check_reward(r, where) for r, _ in scored],
                     metrics_G=[m for _, m in scored],
                 )
                 end_reasons = [r for _, _, r in finished]
             except Exception as exc:
-                stats.failures[_failure_key(exc)] += 1
-                _log.warning("compute_group_rewards failed for group %d: %r", index, exc)
+                stats.fail(exc, "compute_group_rewards")
     finally:
         try:
-            await placed.cleanup()
+            await _with_timeout(placed.cleanup(), config.rollout_timeout_s)
         except Exception as exc:
-            stats.failures[_failure_key(exc)] += 1
-            _log.warning("cleanup failed for group %d: %r", index, exc)
+            stats.fail(exc, "cleanup")
     return GroupRollout(
         index=index,
         group=group,
@@ -409,6 +524,7 @@ async def rollout_group(
         n_sample_requests=stats.n_sample_requests,
         builder=builder,
         seed=seed,
+        first_error=stats.first_error,
     )
 
 
