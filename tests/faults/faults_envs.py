@@ -32,6 +32,7 @@ class MisbehavingEnv(Env):
 
     mode: str
     seconds: float = 5.0
+    done: bool = False
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         if self.mode == "hang":
@@ -39,6 +40,9 @@ class MisbehavingEnv(Env):
         return PROMPT, [0]
 
     async def step(self, action: Action, /) -> StepResult:
+        if self.done:
+            raise RuntimeError("episode over")
+        self.done = self.mode != "endless"
         if self.mode == "sleep":
             time.sleep(self.seconds)
         elif self.mode == "async-sleep":
