@@ -7,6 +7,8 @@ runs it; flags may come before or after a subcommand such as ``dataset:arithmeti
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
 ``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
 ``tempering tiny-model`` and ``tempering serve`` are plain ``argparse`` commands.
+``TEMPERING_DOCS_TEST=1`` caps every parsed config's budgets (steps, batch and eval sizes) for the
+test that runs the docs' commands (:mod:`tempering.cli._budgets`).
 """
 
 from __future__ import annotations
@@ -36,16 +38,18 @@ def _tyro_cli(cls: type[Any], argv: Sequence[str], prog: str, description: str) 
     """``cls`` built from ``argv`` by tyro: flags before or after subcommands, plain-prose help."""
     import tyro
 
+    from tempering.cli._budgets import apply_docs_test_budgets
     from tempering.cli._help import plain_help
 
     plain_help()
-    return tyro.cli(
+    config = tyro.cli(
         cls,
         args=list(argv),
         prog=prog,
         description=description,
         config=(tyro.conf.CascadeSubcommandArgs,),
     )
+    return apply_docs_test_budgets(config)  # TEMPERING_DOCS_TEST=1: tiny budgets (docs/faults.md)
 
 
 def _demo(argv: Sequence[str]) -> int:
