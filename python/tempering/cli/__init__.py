@@ -147,8 +147,44 @@ def _train(command: str, argv: Sequence[str]) -> int:
     return 0
 
 
+_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers"})
+"""The modules of the ``local`` extra (the in-process engine)."""
+
+
+def _missing_local_module(exc: BaseException) -> str | None:
+    """The name of a module of the ``local`` extra whose absence caused ``exc``, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError) and current.name is not None:
+            root = current.name.partition(".")[0]
+            if root in _LOCAL_MODULES:
+                return root
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``tempering ARGS``: run the command; a missing ``local`` extra is one line, exit 1."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args_list)
+    except ImportError as exc:
+        missing = _missing_local_module(exc)
+        if missing is None:
+            raise
+        command = args_list[0] if args_list else ""
+        print(
+            f"tempering {command}: the local engine needs the `local` extra ({missing!r} is not "
+            "installed): pip install 'tempering[local]'; or set TINKER_API_KEY to train on the "
+            "hosted Tinker service",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] in _TRAINERS:
         return _train(args_list[0], args_list[1:])
     if args_list and args_list[0] == "demo":
