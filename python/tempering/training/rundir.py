@@ -359,6 +359,27 @@ class RunDir:
         records = self.checkpoints()
         return records[-1] if records else None
 
+    def unreadable_checkpoint(self, record: CheckpointRecord, exc: BaseException) -> RunDirCorruptError:
+        """The error for a recorded checkpoint that cannot be loaded (missing, truncated): it
+        names the index line and the path, and how to resume from the previous checkpoint."""
+        records = self.checkpoints()
+        line = next((i for i, r in enumerate(records, start=1) if r == record), len(records))
+        where = f"{self.index_path}:{line}"
+        text = (
+            f"{where}: checkpoint {record.name!r} (step {record.step}, {record.state_path}) cannot be "
+            f"loaded ({type(exc).__name__}: {exc}). "
+        )
+        if line >= 2:
+            previous = records[line - 2]
+            text += (
+                f"To resume from the previous checkpoint {previous.name!r} (step {previous.step}), delete "
+                f"line {line} of {self.index_path} and run again (steps {previous.step}.."
+                f"{record.step - 1} are trained again); or {_OVERWRITE}"
+            )
+        else:
+            text += f"No earlier checkpoint is recorded: {_OVERWRITE}"
+        return RunDirCorruptError(text)
+
     def add_checkpoint(self, record: CheckpointRecord) -> None:
         """Add ``record`` to the index (the whole index is rewritten atomically)."""
         records = [r for r in self.checkpoints() if r.name != record.name]
