@@ -45,14 +45,22 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, TypeVar
 
 import attrs
 
-from tempering.rl.executors import RemoteEnvError, RolloutExecutor
+from tempering.rl.executors import RolloutExecutor
 from tempering.rl.policy import GroupTokenCompleter, SeedableTokenCompleter, policy_version, sampling_seed
+from tempering.rl.rollout_failures import (
+    EmptyGroupError,
+    FailureStats,
+    RewardError,
+    RolloutsFailedError,
+    check_reward,
+    raise_if_every_rollout_failed,
+    warn_if_nothing_to_learn,
+)
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -68,8 +76,10 @@ from tempering_protocols.rl import MASK_TURN
 
 __all__ = [
     "MASK_TURN",
+    "EmptyGroupError",
     "EndReason",
     "GroupRollout",
+    "RewardError",
     "RolloutConfig",
     "RolloutLimits",
     "RolloutsFailedError",
@@ -173,107 +183,10 @@ class GroupRollout:
     """The group's first failure (``None``: none)."""
 
 
-class RolloutsFailedError(RuntimeError):
-    """Every group of a training step failed: nothing can be trained on. The message names the
-    failure counts and the first error (also the ``__cause__``)."""
-
-
-class EmptyGroupError(ValueError):
-    """``make_envs`` returned no envs."""
-
-
-class RewardError(ValueError):
-    """An env or group builder returned a reward that is not a finite number."""
-
-
-def _check_reward(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RewardError(
-            f"{where} returned the reward {value!r} ({type(value).__name__}); rewards must be finite numbers"
-        )
-    return float(value)
-
-
-def warn_if_nothing_to_learn(max_tokens: int, group_size: object, *, teacher: bool = False) -> str | None:
-    """Log at WARNING, and return, why an RL run with these settings cannot learn (``None``: it
-    can): no sampled tokens, or groups of one (whose advantage against the group's mean is 0)."""
-    why: str | None = None
-    if max_tokens < 1:
-        why = f"max_tokens is {max_tokens}: no token is sampled, so nothing can be learned"
-    elif group_size == 1 and not teacher:
-        why = (
-            "group_size is 1: every advantage (reward minus the group's mean) is 0, so nothing can be "
-            "learned; use group_size >= 2"
-        )
-    if why is not None:
-        _log.warning("%s", why)
-    return why
-
-
-def raise_if_every_rollout_failed(rollouts: Sequence[GroupRollout], step: int) -> None:
-    """Raise :class:`RolloutsFailedError` when no group of ``rollouts`` (a step's) finished and
-    at least one failed with an error: training on would train on nothing, step after step.
-
-    Example::
-
-        raise_if_every_rollout_failed(rollouts_P, step=3)
-    """
-    if not rollouts or any(r.group is not None for r in rollouts):
-        return
-    errors = [r.first_error for r in sorted(rollouts, key=lambda r: r.index) if r.first_error is not None]
-    if not errors:
-        return
-    counts: Counter[str] = Counter()
-    for r in rollouts:
-        counts.update(r.failures)
-    first = errors[0]
-    detail = ", ".join(f"{k.removeprefix('rollout/failed/')}: {v}" for k, v in sorted(counts.items()))
-    raise RolloutsFailedError(
-        f"step {step}: every rollout failed ({len(rollouts)} group(s); {detail}), so nothing can be "
-        f"trained on. The first error: {_describe(first)}"
-    ) from first
-
-
-def _describe(exc: BaseException) -> str:
-    name = exc.type_name if isinstance(exc, RemoteEnvError) else type(exc).__name__
-    text = exc.message if isinstance(exc, RemoteEnvError) else str(exc)
-    return f"{name}: {text}" if text else name
-
-
-@attrs.define
-class _Stats:
-    index: int
-    warned: set[str]
-    sampling_s: float = 0.0
-    env_s: float = 0.0
-    n_sample_requests: int = 0
-    failures: Counter[str] = attrs.field(factory=Counter[str])
-    first_error: BaseException | None = None
-
-    def fail(self, exc: BaseException, what: str) -> None:
-        """Count a failure; log its message at WARNING the first time it is seen in the run."""
-        key = _failure_key(exc)
-        self.failures[key] += 1
-        if self.first_error is None:
-            self.first_error = exc
-        text = _describe(exc)
-        if text not in self.warned:
-            if len(self.warned) < 10_000:
-                self.warned.add(text)
-            _log.warning(
-                "%s of group %d failed: %s (counted in %s; later failures with this message are "
-                "only counted)",
-                what,
-                self.index,
-                text,
-                key,
-            )
-
-
 class _Clock:
     """Times awaited calls into the group's sampling and env totals."""
 
-    def __init__(self, stats: _Stats, limits: RolloutLimits) -> None:
+    def __init__(self, stats: FailureStats, limits: RolloutLimits) -> None:
         self.stats = stats
         self.limits = limits
 
@@ -373,7 +286,7 @@ async def _play(
         if ac is None:
             ac = await clock.sample(policy_at(len(transitions))(ob, stop))
         result = await clock.env(env.step(list(ac.tokens)))
-        reward = _check_reward(result.reward, f"{type(env).__name__}.step (turn {len(transitions)})")
+        reward = check_reward(result.reward, f"{type(env).__name__}.step (turn {len(transitions)})")
         n_tokens += len(ac.tokens)
         done, reason = result.episode_done, "done"
         if not done and config.max_turns is not None and len(transitions) + 1 >= config.max_turns:
@@ -405,11 +318,6 @@ async def _with_timeout(aw: Awaitable[_T], seconds: float | None) -> _T:
         raise TimeoutError(f"timed out after {seconds:g} s (RolloutConfig.rollout_timeout_s)") from exc
 
 
-def _failure_key(exc: BaseException) -> str:
-    name = exc.type_name if isinstance(exc, RemoteEnvError) else type(exc).__name__
-    return f"rollout/failed/{name}"
-
-
 async def rollout_group(
     builder: EnvGroupBuilder,
     policy: TokenCompleter,
@@ -433,7 +341,7 @@ async def rollout_group(
         rollout.group.get_total_rewards()
     """
     limits = limits if limits is not None else RolloutLimits.from_config(config)
-    stats = _Stats(index=index, warned=limits.warned)
+    stats = FailureStats(index=index, warned=limits.warned)
     clock = _Clock(stats, limits)
     version = policy_version(policy)
     placed = executor.place(builder) if executor is not None else builder
@@ -499,7 +407,7 @@ async def rollout_group(
                 where = f"{type(builder).__name__}.compute_group_rewards"
                 group = TrajectoryGroup(
                     trajectories_G=trajectories_G,
-                    final_rewards_G=[_check_reward(r, where) for r, _ in scored],
+                    final_rewards_G=[check_reward(r, where) for r, _ in scored],
                     metrics_G=[m for _, m in scored],
                 )
                 end_reasons = [r for _, _, r in finished]

@@ -86,16 +86,20 @@ def _data_files(config_json: Mapping[str, Any], ignore: frozenset[str]) -> dict[
     return {p: _sha256(p) for p in sorted(paths)}
 
 
-def _parse_json_line(path: Path, number: int, line: str) -> dict[str, Any]:
+def _parse_json(
+    path: Path, text: str, *, line: int = 1, damage: str = "the file is corrupt"
+) -> dict[str, Any]:
+    """``text`` (from ``path``, starting at line ``line``) as a JSON object, or
+    :class:`RunDirCorruptError` naming the file and line."""
     try:
-        value = json.loads(line)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RunDirCorruptError(
-            f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); the file is corrupt "
-            f"(restore it from a backup, or {_OVERWRITE})"
+            f"{path}:{line + exc.lineno - 1}: not valid JSON ({exc.msg} at column {exc.colno}); "
+            f"{damage} (restore it from a backup, or {_OVERWRITE})"
         ) from None
     if not isinstance(value, dict):
-        raise RunDirCorruptError(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
+        raise RunDirCorruptError(f"{path}:{line}: expected a JSON object, got {type(value).__name__}")
     return cast("dict[str, Any]", value)
 
 
@@ -188,7 +192,7 @@ def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         lines = lines[:-1]  # the last line was never finished
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            yield _parse_json_line(path, number, line)
+            yield _parse_json(path, line, line=number)
 
 
 def _metrics_json(line: Mapping[str, Any]) -> str:
@@ -301,16 +305,7 @@ class RunDir:
     def read_config(self) -> dict[str, Any]:
         """``config.json``; :class:`RunDirCorruptError` naming the file and line if it is not JSON."""
         text = self.config_path.read_text(encoding="utf-8", errors="replace")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RunDirCorruptError(
-                f"{self.config_path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                f"the run's config is corrupt (restore it, or {_OVERWRITE})"
-            ) from None
-        if not isinstance(value, dict):
-            raise RunDirCorruptError(f"{self.config_path}:1: expected a JSON object")
-        return cast("dict[str, Any]", value)
+        return _parse_json(self.config_path, text, damage="the run's config is corrupt")
 
     # ---- metrics -----------------------------------------------------------------------------
 
