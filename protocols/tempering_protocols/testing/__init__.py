@@ -4,7 +4,9 @@ Each ``check_*`` function exercises one kind of implementation and raises
 :class:`ConformanceError` (an ``AssertionError``) whose message starts with the id of the
 broken rule, e.g. ``[env/step-after-done] MyEnv accepted step() after episode_done ...``.
 The functions are synchronous (they run ``asyncio.run``); inside a running event loop await the
-``acheck_*`` variants instead. The rule ids are listed in docs/protocols.md.
+``acheck_*`` variants instead. Each awaited call into the implementation has a time limit
+(:data:`DEFAULT_CALL_TIMEOUT_S`, changed with :func:`call_timeout`): one that does not return
+fails with its ``*/timeout`` rule instead of hanging. The rule ids are listed in docs/protocols.md.
 
 With pytest, the ``conformance`` fixture (from this package's plugin) carries the same
 functions, and ``--tempering-conformance=pkg.module:obj`` adds one test per named object.
@@ -17,7 +19,7 @@ Example::
         check_env_group_builder(ReverseGroup(prompt=(5, 6, 7)))
 """
 
-from tempering_protocols.testing._base import ConformanceError
+from tempering_protocols.testing._base import DEFAULT_CALL_TIMEOUT_S, ConformanceError, call_timeout
 from tempering_protocols.testing._dispatch import CHECKS, Kind, check_conformance, detect_kind
 from tempering_protocols.testing._policies import (
     acheck_message_completer,
@@ -48,6 +50,7 @@ from tempering_protocols.testing._supervised import check_supervised_dataset, ch
 
 __all__ = [
     "CHECKS",
+    "DEFAULT_CALL_TIMEOUT_S",
     "DEFAULT_CONVERSATION",
     "RULES",
     "ActionPolicy",
@@ -60,6 +63,7 @@ __all__ = [
     "acheck_rl_dataset",
     "acheck_rl_dataset_builder",
     "acheck_token_completer",
+    "call_timeout",
     "check_class_implements",
     "check_conformance",
     "check_env",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import math
 import pickle
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Final, TypeVar
 
 from typeguard import CollectionCheckStrategy, TypeCheckError, check_type
 
-__all__ = ["ConformanceError"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "ConformanceError", "call_timeout"]
 
 _T = TypeVar("_T")
 
@@ -90,12 +93,62 @@ def call(rule: str, what: str, fn: Callable[[], _T]) -> _T:
         raise raised(rule, what, exc) from exc
 
 
-async def acall(rule: str, what: str, fn: Callable[[], Awaitable[_T]]) -> _T:
-    """``await fn()``, turning an exception from the implementation into ``ConformanceError(rule)``."""
+DEFAULT_CALL_TIMEOUT_S: Final = 60.0
+"""The time limit of each awaited call into an implementation (``initial_observation()``,
+``step()``, ``make_envs()``, a completer, ...); change it with :func:`call_timeout`."""
+
+_CALL_TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "tempering_conformance_call_timeout", default=DEFAULT_CALL_TIMEOUT_S
+)
+
+_TIMEOUT_RULES: Final = {
+    "env/raised": "env/timeout",
+    "builder/raised": "builder/timeout",
+    "rl-dataset-builder/raised": "rl-dataset-builder/timeout",
+    "completer/raised": "completer/timeout",
+    "message-completer/raised": "message-completer/timeout",
+}
+"""The rule an awaited call breaks by not returning in time, by the rule it breaks by raising."""
+
+
+@contextlib.contextmanager
+def call_timeout(seconds: float) -> Generator[None]:
+    """Within the block, each awaited call into an implementation must return within
+    ``seconds`` (default :data:`DEFAULT_CALL_TIMEOUT_S`), or the check fails with the call's
+    ``*/timeout`` rule (``env/timeout``, ``builder/timeout``, ...) instead of hanging.
+
+    Example::
+
+        with call_timeout(5):
+            check_env(MyEnv())
+    """
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"call_timeout: seconds must be a finite number > 0, got {seconds}")
+    token = _CALL_TIMEOUT.set(seconds)
     try:
-        return await fn()
+        yield
+    finally:
+        _CALL_TIMEOUT.reset(token)
+
+
+async def acall(rule: str, what: str, fn: Callable[[], Awaitable[_T]]) -> _T:
+    """``await fn()``, turning an exception from the implementation into ``ConformanceError(rule)``
+    and a call that does not return within the kit's time limit into the rule's ``*/timeout``."""
+    seconds = _CALL_TIMEOUT.get()
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            return await fn()
     except ConformanceError:
         raise
+    except TimeoutError as exc:
+        if not limit.expired():
+            raise raised(rule, what, exc) from exc
+        raise ConformanceError(
+            _TIMEOUT_RULES.get(rule, rule),
+            f"{what} did not return within {seconds:g} s (the kit's time limit per call; "
+            "`with tempering_protocols.testing.call_timeout(seconds):` changes it)",
+        ) from None
     except Exception as exc:
         raise raised(rule, what, exc) from exc
 

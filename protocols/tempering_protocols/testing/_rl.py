@@ -158,9 +158,11 @@ async def _play(env: object, actions: ActionPolicy, max_steps: int, where: str =
     final_ob = last.next_observation
     extra = _policy_action(actions, final_ob, last.next_stop_condition)
     try:
-        await the_env.step(extra)
-    except Exception:
-        pass  # refused, as it must be
+        await acall("env/raised", f"{name}.step() after episode_done", functools.partial(the_env.step, extra))
+    except ConformanceError as err:
+        if err.rule == "env/timeout":
+            raise
+        # refused, as it must be
     else:
         raise ConformanceError(
             "env/step-after-done",

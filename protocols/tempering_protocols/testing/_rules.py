@@ -22,6 +22,7 @@ RULES: Final[Mapping[str, str]] = MappingProxyType(
         "env/never-finishes": "no `episode_done` within `max_steps` steps of the action policy",
         "env/step-after-done": "a finished env accepted another `step()` instead of raising",
         "env/raised": "`initial_observation()` or `step()` raised during the episode",
+        "env/timeout": "`initial_observation()` or `step()` did not return within the kit's time limit",
         # EnvGroupBuilder
         "builder/pickle": "the builder does not pickle, or its copy makes a different number of envs",
         "builder/make-envs-type": "`make_envs()` does not return a sequence of `Env`",
@@ -31,6 +32,7 @@ RULES: Final[Mapping[str, str]] = MappingProxyType(
         "builder/group-rewards-type": "`compute_group_rewards()` is not a `list[tuple[float, Metrics]]`",
         "builder/logging-tags-type": "`logging_tags()` is not `list[str]`",
         "builder/raised": "`make_envs()`, `compute_group_rewards()`, `logging_tags()` or `cleanup()` raised",
+        "builder/timeout": "`make_envs()`, `compute_group_rewards()` or `cleanup()` did not return in time",
         # RLDataset, RLDatasetBuilder
         "rl-dataset/len": "`len()` fails or is 0",
         "rl-dataset/batch-type": "`get_batch(i)` is not a sequence of `EnvGroupBuilder`",
@@ -40,6 +42,7 @@ RULES: Final[Mapping[str, str]] = MappingProxyType(
         "rl-dataset-builder/pickle": "the dataset builder does not pickle",
         "rl-dataset-builder/return-type": "`await builder()` is not `(RLDataset, RLDataset | None)`",
         "rl-dataset-builder/raised": "`await builder()` raised",
+        "rl-dataset-builder/timeout": "`await builder()` did not return within the kit's time limit",
         # SupervisedDataset, SupervisedDatasetBuilder
         "supervised/len": "`len()` fails or is 0",
         "supervised/batch-type": "`get_batch(i)` is not a sequence of `tinker.Datum`",
@@ -69,8 +72,10 @@ RULES: Final[Mapping[str, str]] = MappingProxyType(
         "completer/logprobs-length": "the number of logprobs differs from the number of tokens",
         "completer/logprobs-range": "a logprob is positive or not finite",
         "completer/raised": "the completer raised",
+        "completer/timeout": "the completer did not return within the kit's time limit",
         "message-completer/return-type": "not a `Message` with role `assistant`",
         "message-completer/raised": "the completer raised",
+        "message-completer/timeout": "the completer did not return within the kit's time limit",
     }
 )
 """Rule id -> what breaks it. Every ``ConformanceError`` names one of these ids."""

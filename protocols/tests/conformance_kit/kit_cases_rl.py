@@ -6,6 +6,7 @@ level so that the ones meant to pickle can.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import math
@@ -26,6 +27,7 @@ from tempering_protocols import (
     Trajectory,
 )
 from tempering_protocols.testing import (
+    call_timeout,
     check_env,
     check_env_group_builder,
     check_rl_dataset,
@@ -274,6 +276,41 @@ class DatasetBuilderRaises(GuessDatasetBuilder):
         raise ConnectionError("hub unreachable")
 
 
+# ---------------------------------------------------------------------------- hangs
+
+
+async def forever() -> None:
+    await asyncio.Event().wait()
+
+
+class HangingStep(OneStepEnv):
+    async def step(self, action: Action, /) -> StepResult:
+        await forever()
+        raise AssertionError("unreachable")
+
+
+class HangingMakeEnvs(OneStepGroup):
+    async def make_envs(self) -> Sequence[Env]:
+        await forever()
+        return []
+
+
+class HangingDatasetBuilder(GuessDatasetBuilder):
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        await forever()
+        raise AssertionError("unreachable")
+
+
+def quickly(check: Callable[[object], object]) -> Callable[[object], object]:
+    """``check`` with a short time limit per awaited call (the hanging cases)."""
+
+    def run(subject: object) -> object:
+        with call_timeout(0.2):
+            return check(subject)
+
+    return run
+
+
 # ---------------------------------------------------------------------------- the table
 
 CASES: list[tuple[str, Callable[[], object], Callable[[object], object]]] = [
@@ -309,4 +346,7 @@ CASES: list[tuple[str, Callable[[], object], Callable[[object], object]]] = [
     ("rl-dataset-builder/pickle", UnpicklableDatasetBuilder, check_rl_dataset_builder),
     ("rl-dataset-builder/return-type", DatasetBuilderReturnsDataset, check_rl_dataset_builder),
     ("rl-dataset-builder/raised", DatasetBuilderRaises, check_rl_dataset_builder),
+    ("env/timeout", HangingStep, quickly(check_env)),
+    ("builder/timeout", HangingMakeEnvs, quickly(check_env_group_builder)),
+    ("rl-dataset-builder/timeout", HangingDatasetBuilder, quickly(check_rl_dataset_builder)),
 ]

@@ -26,6 +26,8 @@ from tempering_protocols.testing import (
     check_token_completer,
 )
 
+from .kit_cases_rl import forever, quickly
+
 END = 1000
 ROLE_IDS = {"system": 1001, "user": 1002, "assistant": 1003, "tool": 1004}
 
@@ -277,6 +279,18 @@ class CompleterFails(EchoCompleter):
         raise RuntimeError("rate limited")
 
 
+class CompleterHangs(FixedCompleter):
+    async def __call__(self, model_input: Observation, stop: StopCondition, /) -> TokensWithLogprobs:
+        await forever()
+        raise AssertionError("unreachable")
+
+
+class MessageCompleterHangs(EchoCompleter):
+    async def __call__(self, messages: Sequence[Message], /) -> Message:
+        await forever()
+        raise AssertionError("unreachable")
+
+
 CASES: list[tuple[str, Callable[[], object], Callable[[object], object]]] = [
     # (rule, makes the broken object, the check that must fail with the rule)
     ("protocol/missing-member", FixedCompleter, check_renderer),
@@ -300,4 +314,6 @@ CASES: list[tuple[str, Callable[[], object], Callable[[object], object]]] = [
     ("message-completer/return-type", AnswersAsUser, check_message_completer),
     ("message-completer/return-type", AnswersWithString, check_message_completer),
     ("message-completer/raised", CompleterFails, check_message_completer),
+    ("completer/timeout", CompleterHangs, quickly(check_token_completer)),
+    ("message-completer/timeout", MessageCompleterHangs, quickly(check_message_completer)),
 ]

@@ -7,6 +7,8 @@ runs it; flags may come before or after a subcommand such as ``dataset:arithmeti
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
 ``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
 ``tempering tiny-model`` and ``tempering serve`` are plain ``argparse`` commands.
+``TEMPERING_DOCS_TEST=1`` caps every parsed config's budgets (steps, batch and eval sizes) for the
+test that runs the docs' commands (:mod:`tempering.cli._budgets`).
 """
 
 from __future__ import annotations
@@ -36,16 +38,18 @@ def _tyro_cli(cls: type[Any], argv: Sequence[str], prog: str, description: str) 
     """``cls`` built from ``argv`` by tyro: flags before or after subcommands, plain-prose help."""
     import tyro
 
+    from tempering.cli._budgets import apply_docs_test_budgets
     from tempering.cli._help import plain_help
 
     plain_help()
-    return tyro.cli(
+    config = tyro.cli(
         cls,
         args=list(argv),
         prog=prog,
         description=description,
         config=(tyro.conf.CascadeSubcommandArgs,),
     )
+    return apply_docs_test_budgets(config)  # TEMPERING_DOCS_TEST=1: tiny budgets (docs/faults.md)
 
 
 def _demo(argv: Sequence[str]) -> int:
@@ -123,6 +127,7 @@ def _config_class(command: str) -> type[Any]:
 
 def _train(command: str, argv: Sequence[str]) -> int:
     """Build the config of ``command`` from ``argv`` with tyro, run it, print the final metrics."""
+    from tempering.rl.rollouts import RolloutsFailedError
     from tempering.training import RunExistsError
 
     cls = _config_class(command)
@@ -133,14 +138,53 @@ def _train(command: str, argv: Sequence[str]) -> int:
     except RunExistsError as exc:
         print(f"tempering {command}: {exc}", file=sys.stderr)
         return 2
+    except RolloutsFailedError as exc:
+        print(f"tempering {command}: {exc}", file=sys.stderr)
+        return 1
     last = result.metrics[-1] if result.metrics else {}
     summary = {k: v for k, v in last.items() if not k.startswith("time/")}
     print(json.dumps({"final": result.final.state_path, "sampler": result.final.sampler_path, **summary}))
     return 0
 
 
+_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers"})
+"""The modules of the ``local`` extra (the in-process engine)."""
+
+
+def _missing_local_module(exc: BaseException) -> str | None:
+    """The name of a module of the ``local`` extra whose absence caused ``exc``, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError) and current.name is not None:
+            root = current.name.partition(".")[0]
+            if root in _LOCAL_MODULES:
+                return root
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``tempering ARGS``: run the command; a missing ``local`` extra is one line, exit 1."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args_list)
+    except ImportError as exc:
+        missing = _missing_local_module(exc)
+        if missing is None:
+            raise
+        command = args_list[0] if args_list else ""
+        print(
+            f"tempering {command}: the local engine needs the `local` extra ({missing!r} is not "
+            "installed): pip install 'tempering[local]'; or set TINKER_API_KEY to train on the "
+            "hosted Tinker service",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] in _TRAINERS:
         return _train(args_list[0], args_list[1:])
     if args_list and args_list[0] == "demo":

@@ -36,7 +36,16 @@ from tempering.data._parse import (
     parse_comparison_row,
     parse_messages,
 )
-from tempering.data._rows import BadRows, DataError, Format, RowError, infer_format, parse_rows
+from tempering.data._rows import (
+    MAX_LINE_BYTES,
+    BadRows,
+    DataError,
+    Format,
+    RowError,
+    check_max_length,
+    infer_format,
+    parse_rows,
+)
 from tempering.data.batches import (
     BatchedDataset,
     MixtureDataset,
@@ -58,6 +67,7 @@ from tempering.data.chat import (
 from tempering.data.preference import ComparisonDatasetBuilder, load_comparisons
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "ROLES",
     "BadRows",
     "BatchedDataset",
@@ -74,6 +84,7 @@ __all__ = [
     "SupervisedChatDataset",
     "ToDatums",
     "batched",
+    "check_max_length",
     "infer_format",
     "interleave",
     "load_chat",

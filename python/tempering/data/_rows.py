@@ -12,11 +12,20 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal, TypeAlias, TypeVar
+from typing import BinaryIO, Literal, TypeAlias, TypeVar
 
 import attrs
 
-__all__ = ["BadRows", "DataError", "Format", "RowError", "infer_format", "parse_rows"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "BadRows",
+    "DataError",
+    "Format",
+    "RowError",
+    "check_max_length",
+    "infer_format",
+    "parse_rows",
+]
 
 _T = TypeVar("_T")
 
@@ -100,6 +109,19 @@ class BadRows:
             )
 
 
+def check_max_length(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    """An attrs validator: ``value`` is ``None`` (no limit) or a token count >= 1.
+
+    Example::
+
+        max_length: int | None = attrs.field(default=None, validator=check_max_length)
+    """
+    if value is not None and (isinstance(value, bool) or value < 1):
+        raise ValueError(
+            f"{attribute.name} must be >= 1 (the tokens kept per datum) or None (no limit), got {value}"
+        )
+
+
 def infer_format(path: str | os.PathLike[str], format: Format | None = None) -> Format:
     """The file format: ``format`` if given, else from the suffix.
 
@@ -117,15 +139,82 @@ def infer_format(path: str | os.PathLike[str], format: Format | None = None) -> 
     return _SUFFIXES[suffix]
 
 
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""The longest JSONL line read (16 MiB): a longer one is a malformed row (refused, or skipped
+with ``skip_bad_rows``) before it is parsed, rather than exhausting memory later."""
+
+
+def _lone_surrogate(value: object) -> str | None:
+    """The first string in ``value`` holding a lone surrogate (a ``\\ud800`` escape), if any."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"{item[exc.start]!r} at character {exc.start + 1} of {item[:40]!r}"
+        elif isinstance(item, dict):
+            stack.extend(item.values())  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
+            stack.extend(item.keys())  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
+        elif isinstance(item, list):
+            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]
+    return None
+
+
+def _read_line(f: BinaryIO) -> tuple[bytes, bool]:
+    """The next line (at most ``MAX_LINE_BYTES``; the rest of a longer one is consumed) and
+    whether it was longer."""
+    line = f.readline(MAX_LINE_BYTES + 1)
+    if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+        return line, False
+    while True:  # skip the rest of the over-long line without holding it
+        rest = f.readline(1024 * 1024)
+        if not rest or rest.endswith(b"\n"):
+            return line[:MAX_LINE_BYTES], True
+
+
 def _jsonl_rows(path: str) -> Iterator[tuple[int, object, str | None]]:
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        number = 0
+        while True:
+            raw, too_long = _read_line(f)
+            if not raw:
+                return
+            number += 1
+            if too_long:
+                yield (
+                    number,
+                    None,
+                    (
+                        f"the line is longer than {MAX_LINE_BYTES} bytes (tempering.data.MAX_LINE_BYTES); "
+                        "a row this long is almost certainly malformed (a missing newline?)"
+                    ),
+                )
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield (
+                    number,
+                    None,
+                    (
+                        f"not UTF-8: byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line "
+                        f"({exc.reason}); re-encode the file as UTF-8"
+                    ),
+                )
+                continue
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line), None
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 yield number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
+                continue
+            if "\\u" in line and (bad := _lone_surrogate(row)) is not None:
+                yield number, None, f"a lone surrogate escape (not valid Unicode): {bad}"
+                continue
+            yield number, row, None
 
 
 def _hf_rows(path: str, format: Format) -> Iterator[tuple[int, object, str | None]]:

@@ -19,10 +19,12 @@ directory is accepted wherever such a path is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -135,6 +137,12 @@ class LoadedCheckpoint:
     optimizer: dict[str, torch.Tensor] | None
 
 
+_log = logging.getLogger(__name__)
+
+SCRATCH_MAX_AGE_S = 300.0
+"""A checkpoint scratch directory untouched for this long is an orphan of a killed save."""
+
+
 class CheckpointStore:
     """A directory of checkpoints, addressed by ``tempering://`` paths.
 
@@ -147,6 +155,39 @@ class CheckpointStore:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_root()
+
+    def clean_scratch(self, max_age_s: float = SCRATCH_MAX_AGE_S) -> list[Path]:
+        """Remove the scratch directories (``<name>/.step-10-xxxx``) that a save killed midway
+        left behind; return them. One touched within ``max_age_s`` may be a save in progress in
+        another process, and is kept. Called when a service starts.
+
+        Example::
+
+            CheckpointStore().clean_scratch()   # [PosixPath('.../weights/.step-10-k2j3')]
+        """
+        removed: list[Path] = []
+        now = time.time()
+        for kind_dir in self.root.glob("checkpoints/*/*"):
+            if kind_dir.name not in ("weights", "sampler_weights") or not kind_dir.is_dir():
+                continue
+            for scratch in kind_dir.glob(".*"):
+                if not scratch.is_dir():
+                    continue
+                try:
+                    newest = max([scratch.stat().st_mtime, *(f.stat().st_mtime for f in scratch.iterdir())])
+                except OSError:
+                    continue  # removed meanwhile
+                if now - newest >= max_age_s:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                    removed.append(scratch)
+        if removed:
+            _log.warning(
+                "removed %d scratch director%s left by interrupted checkpoint saves: %s",
+                len(removed),
+                "y" if len(removed) == 1 else "ies",
+                ", ".join(str(p) for p in removed[:5]),
+            )
+        return removed
 
     @staticmethod
     def new_run_id() -> str:

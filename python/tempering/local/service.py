@@ -51,6 +51,7 @@ class ServiceClient:
         if threads is not None and threads != "":
             set_torch_threads(int(threads))
         self._store = CheckpointStore(root)
+        self._store.clean_scratch()  # orphans of saves killed midway
         self._placement = resolve_placement(device, dtype)
         self._loader = ModelLoader(self._store, self._placement)
         self._worker = Worker("service")

@@ -12,7 +12,7 @@ import attrs
 import tinker
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
-from tempering.data import BatchedDataset, ComparisonDatasetBuilder
+from tempering.data import BatchedDataset, ComparisonDatasetBuilder, check_max_length
 from tempering.data.datums import examples_to_datums
 from tempering_protocols import LabeledComparison, Renderer, TrainOnWhat
 
@@ -30,7 +30,7 @@ class ComparisonData:
     test_path: str | None = None
     test_size: int = 60
     batch_size: int = 8
-    max_length: int | None = None
+    max_length: int | None = attrs.field(default=None, validator=check_max_length)
     seed: int = 0
 
     def __call__(

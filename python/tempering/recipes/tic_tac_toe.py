@@ -146,7 +146,7 @@ async def _run(config: TicTacToeRecipe, s: RecipeSession) -> RecipeResult:
         "sft": {side: attrs.asdict(before[side]) for side in MARKS},
         "rl": {side: attrs.asdict(after[side]) for side in MARKS},
         "eval_games_per_side": config.eval_games,
-        "sft_positions": sum(1 for _ in train_path.open(encoding="utf-8")),
+        "sft_positions": len(train_path.read_text(encoding="utf-8").splitlines()),
         "sft_checkpoint": sft.final.sampler_path,
         "rl_checkpoint": rl.final.sampler_path,
     }

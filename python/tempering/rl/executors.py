@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
@@ -48,6 +49,8 @@ from tempering_protocols import (
 )
 
 __all__ = ["InlineExecutor", "ProcessPoolExecutor", "RemoteEnvError", "RolloutExecutor"]
+
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -80,24 +83,34 @@ class RemoteEnvError(RuntimeError):
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
+        self.message = message
 
 
 # ------------------------------------------------------------------------------ the worker
 
+_READY = -1
+"""The request id of the message a worker sends once it is ready to serve."""
+
 
 def _worker_main(conn: multiprocessing.connection.Connection) -> None:
     """Serve env calls: each request is ``(request_id, op, group_id, args)``; envs live in
-    ``groups[group_id]`` between calls. Requests run concurrently on one event loop."""
+    ``groups[group_id]`` between calls. Requests run concurrently on one event loop; a request
+    ``(request_id, "cancel", ...)`` cancels request ``request_id`` (a rollout that timed out)."""
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
         groups: dict[int, tuple[EnvGroupBuilder, list[Env]]] = {}
         lock = threading.Lock()
-        tasks: set[asyncio.Task[None]] = set()
+        tasks: dict[int, asyncio.Task[None]] = {}
 
         def send(msg: tuple[object, ...]) -> None:
             with lock:
                 conn.send_bytes(pickle.dumps(msg))
+
+        def group(gid: int) -> tuple[EnvGroupBuilder, list[Env]]:
+            if gid not in groups:
+                raise LookupError(f"env group {gid} is not in this worker (it was restarted, or cleaned up)")
+            return groups[gid]
 
         async def handle(rid: int, op: str, gid: int, args: tuple[object, ...]) -> None:
             try:
@@ -116,15 +129,15 @@ def _worker_main(conn: multiprocessing.connection.Connection) -> None:
                 elif op == "initial_observation":
                     (g,) = args
                     assert isinstance(g, int)
-                    result = await groups[gid][1][g].initial_observation()
+                    result = await group(gid)[1][g].initial_observation()
                 elif op == "step":
                     g, action = args
                     assert isinstance(g, int)
                     assert isinstance(action, list)
-                    result = await groups[gid][1][g].step(action)  # pyright: ignore[reportUnknownArgumentType]
+                    result = await group(gid)[1][g].step(action)  # pyright: ignore[reportUnknownArgumentType]
                 elif op == "compute_group_rewards":
                     trajectories, members = args
-                    builder, envs = groups[gid]
+                    builder, envs = group(gid)
                     result = await builder.compute_group_rewards(
                         trajectories,  # pyright: ignore[reportArgumentType]
                         [envs[g] for g in members],  # pyright: ignore[reportGeneralTypeIssues, reportUnknownVariableType]
@@ -137,48 +150,59 @@ def _worker_main(conn: multiprocessing.connection.Connection) -> None:
                 else:
                     raise ValueError(f"unknown op {op!r}")
                 send((rid, True, result))
+            except asyncio.CancelledError:
+                send((rid, False, ("CancelledError", "cancelled by the trainer (the rollout timed out)")))
             except Exception as exc:
                 send((rid, False, (type(exc).__name__, str(exc))))
+            finally:
+                tasks.pop(rid, None)
 
+        send((_READY, True, None))
         while True:
             raw = await loop.run_in_executor(None, conn.recv_bytes)
             msg = pickle.loads(raw)
             if msg is None:
                 break
             rid, op, gid, args = msg
-            task = asyncio.ensure_future(handle(rid, op, gid, args))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        for task in list(tasks):
+            if op == "cancel":
+                target = tasks.get(rid)
+                if target is not None:
+                    target.cancel()
+                continue
+            tasks[rid] = asyncio.ensure_future(handle(rid, op, gid, args))
+        for task in list(tasks.values()):
             task.cancel()
 
     asyncio.run(serve())
 
 
-class _Worker:
-    """The main-process side of one worker: sends requests, resolves futures from a reader thread."""
+class _Process:
+    """One spawned worker process and the thread that reads its replies into futures."""
 
     def __init__(self, ctx: multiprocessing.context.SpawnContext) -> None:
         parent, child = ctx.Pipe()
-        self._conn = parent
-        self._process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        self._process.start()
+        self.conn = parent
+        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.process.start()
         child.close()
-        self._ids = itertools.count()
-        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]] = {}
-        self._lock = threading.Lock()
+        self.pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]] = {}
+        self.lock = threading.Lock()
+        self.ready = threading.Event()
+        self.died_because = "exited"
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.load = 0
 
     def _read(self) -> None:
         while True:
             try:
-                rid, ok, payload = pickle.loads(self._conn.recv_bytes())
+                rid, ok, payload = pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
                 break
-            with self._lock:
-                entry = self._pending.pop(rid, None)
+            if rid == _READY:
+                self.ready.set()
+                continue
+            with self.lock:
+                entry = self.pending.pop(rid, None)
             if entry is None:
                 continue
             loop, fut = entry
@@ -194,33 +218,85 @@ class _Worker:
 
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(resolve)
-        with self._lock:
-            pending, self._pending = self._pending, {}
+        self.ready.set()  # nobody waits for a process that is gone
+        with self.lock:
+            pending, self.pending = self.pending, {}
         for loop, fut in pending.values():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(
                     lambda f=fut: (
-                        None if f.done() else f.set_exception(RemoteEnvError("WorkerDied", "exited"))
+                        None if f.done() else f.set_exception(RemoteEnvError("WorkerDied", self.died_because))
                     )
                 )
 
+    def send(self, msg: object) -> None:
+        with self.lock:
+            self.conn.send_bytes(pickle.dumps(msg))
+
+    def stop(self, kill: bool) -> None:
+        if not kill:
+            with contextlib.suppress(OSError):
+                self.send(None)
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self._reader.join(timeout=5)
+        self.conn.close()
+
+
+class _Worker:
+    """The main-process side of one worker slot: sends requests; restarts the process when an
+    env call blocks its event loop (a cancelled request is not acknowledged within
+    ``cancel_grace_s``), so a rollout timeout bounds a step whatever the env does."""
+
+    def __init__(self, ctx: multiprocessing.context.SpawnContext, cancel_grace_s: float) -> None:
+        self._ctx = ctx
+        self._grace = cancel_grace_s
+        self._proc = _Process(ctx)
+        self.generation = 0
+        self._ids = itertools.count()
+        self.load = 0
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._proc.ready.wait(timeout)
+
     async def call(self, op: str, gid: int, *args: object) -> object:
+        proc = self._proc
+        if not proc.ready.is_set():
+            await asyncio.to_thread(proc.ready.wait, 300)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[object] = loop.create_future()
         rid = next(self._ids)
-        with self._lock:
-            self._pending[rid] = (loop, fut)
-            self._conn.send_bytes(pickle.dumps((rid, op, gid, args)))
-        return await fut
+        with proc.lock:
+            proc.pending[rid] = (loop, fut)
+        proc.send((rid, op, gid, args))
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if rid in proc.pending and proc.process.is_alive():
+                with contextlib.suppress(OSError):
+                    proc.send((rid, "cancel", gid, ()))
+                loop.call_later(self._grace, self._check_cancelled, proc, rid, op)
+            raise
+
+    def _check_cancelled(self, proc: _Process, rid: int, op: str) -> None:
+        """A cancelled request still unanswered after the grace period: the worker's event loop
+        is blocked (an env that calls ``time.sleep`` or computes without awaiting); restart it."""
+        if proc is not self._proc or rid not in proc.pending:
+            return
+        proc.died_because = (
+            f"restarted: an env call ({op}) did not yield within {self._grace:g} s of its rollout "
+            "timing out (it blocks the worker's event loop: use `await asyncio.sleep`, or "
+            "`asyncio.to_thread` for blocking work)"
+        )
+        _log.warning("env worker %s", proc.died_because)
+        self._proc = _Process(self._ctx)
+        self.generation += 1
+        proc.stop(kill=True)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send_bytes(pickle.dumps(None))
-        self._process.join(timeout=5)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
-        self._conn.close()
+        self._proc.stop(kill=False)
 
 
 class _RemoteEnv:
@@ -248,8 +324,10 @@ class _RemoteGroup(EnvGroupBuilder):
         self._bytes = pickle.dumps(builder)
         self._worker.load += 1
         self._released = False
+        self._generation = worker.generation
 
     async def make_envs(self) -> Sequence[Env]:
+        self._generation = self._worker.generation
         out = await self._worker.call("make_envs", self._gid, self._bytes)
         assert isinstance(out, tuple)
         start, n = out  # pyright: ignore[reportUnknownVariableType]
@@ -270,7 +348,8 @@ class _RemoteGroup(EnvGroupBuilder):
 
     async def cleanup(self) -> None:
         try:
-            await self._worker.call("cleanup", self._gid)
+            if self._worker.generation == self._generation:  # else its envs went with the process
+                await self._worker.call("cleanup", self._gid)
         finally:
             if not self._released:
                 self._released = True
@@ -282,7 +361,13 @@ class ProcessPoolExecutor:
 
     Use as a context manager (or call :meth:`close`). Builders, observations, actions and
     trajectories are pickled between processes; an exception in a worker arrives as
-    :class:`RemoteEnvError` (counted as ``rollout/failed/RemoteEnvError``).
+    :class:`RemoteEnvError` (counted by the original exception's type name).
+
+    A rollout that times out cancels its env call in the worker. When the worker does not
+    answer the cancellation within ``cancel_grace_s`` (an env call blocks its event loop, e.g.
+    ``time.sleep`` in ``step``), the worker process is killed and a fresh one started: the groups
+    that lived in it fail (``rollout/failed/WorkerDied``), and ``rollout_timeout_s`` bounds the
+    step. The workers are started (and waited for, up to ``start_timeout_s``) on construction.
 
     Example::
 
@@ -290,12 +375,21 @@ class ProcessPoolExecutor:
             rollout = await rollout_group(builder, policy, RolloutConfig(), executor=executor)
     """
 
-    def __init__(self, num_workers: int = 2) -> None:
+    def __init__(
+        self, num_workers: int = 2, *, cancel_grace_s: float = 5.0, start_timeout_s: float = 300.0
+    ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if not cancel_grace_s > 0:
+            raise ValueError(f"cancel_grace_s must be > 0, got {cancel_grace_s}")
         ctx = multiprocessing.get_context("spawn")
-        self._workers = [_Worker(ctx) for _ in range(num_workers)]
+        self._workers = [_Worker(ctx, cancel_grace_s) for _ in range(num_workers)]
         self._gids = itertools.count()
+        # Started before the first rollout, so a worker's start-up never counts against a timeout.
+        for i, worker in enumerate(self._workers):
+            if not worker.wait_ready(start_timeout_s):
+                self.close()
+                raise RuntimeError(f"env worker {i} did not start within {start_timeout_s:g} s")
 
     def place(self, builder: EnvGroupBuilder, /) -> EnvGroupBuilder:
         worker = min(self._workers, key=lambda w: w.load)

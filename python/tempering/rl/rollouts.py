@@ -10,13 +10,18 @@ concurrency            every env and sampling call is async; sampling requests a
 shared first turn      when every member starts from the same observation and stop condition, the
                        first turn is one request with ``num_samples = G`` (policies that implement
                        :class:`~tempering.rl.policy.GroupTokenCompleter`)
-timeouts, retries      ``rollout_timeout_s`` bounds one member's episode; a failed member is replayed
-                       on a fresh env (``max_retries``) when the group's envs are independent
+timeouts, retries      ``rollout_timeout_s`` (default 600 s) bounds one member's episode, and each of
+                       the group's ``make_envs``, ``compute_group_rewards`` and ``cleanup``; a
+                       failed member is replayed on a fresh env (``max_retries``) when the group's
+                       envs are independent
 viable groups          a group is kept when at least ``min_group_fraction`` of its members finished
-budgets                ``max_turns`` and ``max_trajectory_tokens`` end an episode early (the
-                       trajectory is kept; its end reason says why)
-failures               an env that raises fails its rollout, never the run; failures are counted by
-                       exception type (``rollout/failed/<Type>``); ``cleanup()`` always runs
+budgets                ``max_turns`` (default 64) and ``max_trajectory_tokens`` end an episode early
+                       (the trajectory is kept; its end reason says why)
+failures               an env that raises, returns a reward that is not a finite number, or makes
+                       no envs fails its rollout, never the run; failures are counted by exception
+                       type (``rollout/failed/<Type>``) and each distinct message is logged once at
+                       WARNING; ``cleanup()`` always runs. A training step whose every group failed
+                       stops the run (:func:`raise_if_every_rollout_failed`)
 masking                an env masks a turn (no gradient) by setting ``StepResult.metrics[MASK_TURN]``
 coordinated groups     a builder with ``coordinated_envs = True`` (e.g. the players of one game,
                        who wait for each other) has its members played concurrently from the start
@@ -40,14 +45,22 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, TypeVar
 
 import attrs
 
-from tempering.rl.executors import RemoteEnvError, RolloutExecutor
+from tempering.rl.executors import RolloutExecutor
 from tempering.rl.policy import GroupTokenCompleter, SeedableTokenCompleter, policy_version, sampling_seed
+from tempering.rl.rollout_failures import (
+    EmptyGroupError,
+    FailureStats,
+    RewardError,
+    RolloutsFailedError,
+    check_reward,
+    raise_if_every_rollout_failed,
+    warn_if_nothing_to_learn,
+)
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -63,12 +76,17 @@ from tempering_protocols.rl import MASK_TURN
 
 __all__ = [
     "MASK_TURN",
+    "EmptyGroupError",
     "EndReason",
     "GroupRollout",
+    "RewardError",
     "RolloutConfig",
     "RolloutLimits",
+    "RolloutsFailedError",
+    "raise_if_every_rollout_failed",
     "rollout_batch",
     "rollout_group",
+    "warn_if_nothing_to_learn",
 ]
 
 _log = logging.getLogger(__name__)
@@ -79,7 +97,9 @@ EndReason = Literal["done", "max_turns", "token_budget"]
 
 @attrs.frozen
 class RolloutConfig:
-    """How rollouts run. Every field has a safe default.
+    """How rollouts run. Every field has a safe default: an env that never ends its episode
+    stops at ``max_turns`` (64) turns, and one that never answers fails after
+    ``rollout_timeout_s`` (600 s); pass ``None`` to lift either limit.
 
     Example::
 
@@ -89,14 +109,15 @@ class RolloutConfig:
 
     max_concurrent_samples: int = 256
     """Sampling requests in flight at once (a group's shared first turn is one request)."""
-    rollout_timeout_s: float | None = None
-    """Wall-clock limit of one member's episode; ``None``: none."""
+    rollout_timeout_s: float | None = 600.0
+    """Wall-clock limit of one member's episode (and of each of the group's ``make_envs``,
+    ``compute_group_rewards`` and ``cleanup`` calls); ``None``: none."""
     max_retries: int = 0
     """Replays of a failed member on a fresh env (independent envs only)."""
     min_group_fraction: float = 1.0
     """Keep a group when at least this fraction of its members finished (at least one)."""
-    max_turns: int | None = None
-    """End an episode after this many turns."""
+    max_turns: int | None = 64
+    """End an episode after this many turns; ``None``: never."""
     max_trajectory_tokens: int | None = None
     """End an episode once its sampled tokens reach this many."""
     share_first_turn: bool = True
@@ -109,16 +130,25 @@ class RolloutConfig:
             raise ValueError(f"min_group_fraction must be in [0, 1], got {self.min_group_fraction}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 (or None: no limit), got {self.max_turns}")
+        timeout = self.rollout_timeout_s
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(
+                f"rollout_timeout_s must be a finite number > 0 (or None: no limit), got {timeout}"
+            )
 
 
 @attrs.define
 class RolloutLimits:
-    """The semaphore that bounds sampling requests, shared by every rollout of a run.
+    """The semaphore that bounds sampling requests, shared by every rollout of a run, and the
+    failure messages already logged (each distinct one is logged once at WARNING).
 
     Create it inside the running event loop.
     """
 
     samples: asyncio.Semaphore
+    warned: set[str] = attrs.field(factory=set[str])
 
     @classmethod
     def from_config(cls, config: RolloutConfig) -> RolloutLimits:
@@ -149,20 +179,14 @@ class GroupRollout:
     builder: EnvGroupBuilder | None = attrs.field(default=None, eq=False)
     """The builder (kept so a stale group can be resampled)."""
     seed: int | None = None
-
-
-@attrs.define
-class _Stats:
-    sampling_s: float = 0.0
-    env_s: float = 0.0
-    n_sample_requests: int = 0
-    failures: Counter[str] = attrs.field(factory=Counter[str])
+    first_error: BaseException | None = attrs.field(default=None, eq=False)
+    """The group's first failure (``None``: none)."""
 
 
 class _Clock:
     """Times awaited calls into the group's sampling and env totals."""
 
-    def __init__(self, stats: _Stats, limits: RolloutLimits) -> None:
+    def __init__(self, stats: FailureStats, limits: RolloutLimits) -> None:
         self.stats = stats
         self.limits = limits
 
@@ -262,6 +286,7 @@ async def _play(
         if ac is None:
             ac = await clock.sample(policy_at(len(transitions))(ob, stop))
         result = await clock.env(env.step(list(ac.tokens)))
+        reward = check_reward(result.reward, f"{type(env).__name__}.step (turn {len(transitions)})")
         n_tokens += len(ac.tokens)
         done, reason = result.episode_done, "done"
         if not done and config.max_turns is not None and len(transitions) + 1 >= config.max_turns:
@@ -272,7 +297,7 @@ async def _play(
             Transition(
                 ob=ob,
                 ac=ac,
-                reward=result.reward,
+                reward=reward,
                 episode_done=done,
                 metrics=result.metrics,
                 masked=bool(result.metrics.get(MASK_TURN, 0)),
@@ -286,13 +311,11 @@ async def _play(
 async def _with_timeout(aw: Awaitable[_T], seconds: float | None) -> _T:
     if seconds is None:
         return await aw
-    async with asyncio.timeout(seconds):
-        return await aw
-
-
-def _failure_key(exc: BaseException) -> str:
-    name = exc.type_name if isinstance(exc, RemoteEnvError) else type(exc).__name__
-    return f"rollout/failed/{name}"
+    try:
+        async with asyncio.timeout(seconds):
+            return await aw
+    except TimeoutError as exc:
+        raise TimeoutError(f"timed out after {seconds:g} s (RolloutConfig.rollout_timeout_s)") from exc
 
 
 async def rollout_group(
@@ -318,7 +341,7 @@ async def rollout_group(
         rollout.group.get_total_rewards()
     """
     limits = limits if limits is not None else RolloutLimits.from_config(config)
-    stats = _Stats()
+    stats = FailureStats(index=index, warned=limits.warned)
     clock = _Clock(stats, limits)
     version = policy_version(policy)
     placed = executor.place(builder) if executor is not None else builder
@@ -331,10 +354,11 @@ async def rollout_group(
     try:
         try:
             tags = list(placed.logging_tags())
-            envs_G = list(await clock.env(placed.make_envs()))
+            envs_G = list(await _with_timeout(clock.env(placed.make_envs()), config.rollout_timeout_s))
+            if not envs_G:
+                raise EmptyGroupError(f"make_envs of {type(builder).__name__} returned no envs")
         except Exception as exc:  # the env's failure, counted
-            stats.failures[_failure_key(exc)] += 1
-            _log.warning("make_envs failed for group %d: %r", index, exc)
+            stats.fail(exc, "make_envs")
             envs_G = []
         n_members = len(envs_G)
         batcher = (
@@ -357,17 +381,16 @@ async def rollout_group(
                     )
                     return traj, env, reason
                 except Exception as exc:  # the env's failure (or a timeout), counted
-                    stats.failures[_failure_key(exc)] += 1
-                    if attempt == 0:
-                        _log.debug("rollout of member %d of group %d failed: %r", g, index, exc)
+                    stats.fail(exc, f"the rollout of member {g}")
                     if coordinated or attempt >= config.max_retries:
                         return None
                 attempt += 1
                 first = None
                 try:
-                    env = list(await clock.env(placed.make_envs()))[g]
+                    fresh = await _with_timeout(clock.env(placed.make_envs()), config.rollout_timeout_s)
+                    env = list(fresh)[g]
                 except Exception as exc:
-                    stats.failures[_failure_key(exc)] += 1
+                    stats.fail(exc, f"make_envs (retry of member {g})")
                     return None
 
         results = await asyncio.gather(*(member(g, env) for g, env in enumerate(envs_G)))
@@ -377,24 +400,24 @@ async def rollout_group(
         if n_members and len(finished) >= needed:
             trajectories_G = [t for t, _, _ in finished]
             try:
-                scored = await clock.env(
-                    placed.compute_group_rewards(trajectories_G, [e for _, e, _ in finished])
+                scored = await _with_timeout(
+                    clock.env(placed.compute_group_rewards(trajectories_G, [e for _, e, _ in finished])),
+                    config.rollout_timeout_s,
                 )
+                where = f"{type(builder).__name__}.compute_group_rewards"
                 group = TrajectoryGroup(
                     trajectories_G=trajectories_G,
-                    final_rewards_G=[float(r) for r, _ in scored],
+                    final_rewards_G=[check_reward(r, where) for r, _ in scored],
                     metrics_G=[m for _, m in scored],
                 )
                 end_reasons = [r for _, _, r in finished]
             except Exception as exc:
-                stats.failures[_failure_key(exc)] += 1
-                _log.warning("compute_group_rewards failed for group %d: %r", index, exc)
+                stats.fail(exc, "compute_group_rewards")
     finally:
         try:
-            await placed.cleanup()
+            await _with_timeout(placed.cleanup(), config.rollout_timeout_s)
         except Exception as exc:
-            stats.failures[_failure_key(exc)] += 1
-            _log.warning("cleanup failed for group %d: %r", index, exc)
+            stats.fail(exc, "cleanup")
     return GroupRollout(
         index=index,
         group=group,
@@ -409,6 +432,7 @@ async def rollout_group(
         n_sample_requests=stats.n_sample_requests,
         builder=builder,
         seed=seed,
+        first_error=stats.first_error,
     )
 
 

@@ -77,7 +77,15 @@ from tempering.rl.data import (
 )
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
-from tempering.rl.rollouts import GroupRollout, RolloutConfig, RolloutLimits, rollout_batch, rollout_group
+from tempering.rl.rollouts import (
+    GroupRollout,
+    RolloutConfig,
+    RolloutLimits,
+    raise_if_every_rollout_failed,
+    rollout_batch,
+    rollout_group,
+    warn_if_nothing_to_learn,
+)
 from tempering.rl.schedules import AsyncGroups, as_completed, in_order
 from tempering.rl.trajectories import StepLog, TrajectoryLog
 from tempering.training.loop import PendingStep, RunConfig, TrainingLoop, TrainResult, run_pipelined
@@ -441,6 +449,7 @@ class _Run:
             sub = await self._train_minibatch(groups, step, timers)
             if sub is not None:
                 substeps.append(sub)
+        raise_if_every_rollout_failed(used, step)
         # The weights after this step sample the next one (queued behind its optim_step).
         self.policy = self._policy(self.loop.sampling_client(), step + 1)
         await self.async_groups.submitted(step + 1)
@@ -527,6 +536,8 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> Tr
         result = await train(RLConfig(run=RunConfig(log_dir="runs/rl"), dataset=LowercaseTask()))
         result.metrics[-1]["env/reward/mean"]
     """
+    group_size: object = getattr(config.dataset, "group_size", None)
+    warn_if_nothing_to_learn(config.max_tokens, group_size, teacher=config.distill_teacher is not None)
     train_ds, test_ds = await config.dataset()
     total = config.num_steps if config.num_steps is not None else len(train_ds)
     loop = await TrainingLoop.open(

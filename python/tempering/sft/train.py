@@ -25,7 +25,7 @@ import tinker
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import ModelConfig, ServiceClient, load_tokenizer
-from tempering.data import ChatDatasetBuilder, ChatSource
+from tempering.data import ChatDatasetBuilder, ChatSource, check_max_length
 from tempering.data.datums import examples_to_datums
 from tempering.training import (
     AdamConfig,
@@ -195,7 +195,7 @@ class ChatData:
     test_path: str | None = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     test_size: int = 0
     batch_size: int = 16
-    max_length: int | None = None
+    max_length: int | None = attrs.field(default=None, validator=check_max_length)
     train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
     seed: int = 0
 

@@ -200,7 +200,10 @@ class TrainingLoop:
         service = service if service is not None else service_client()
         last = run_dir.last_checkpoint() if resumed else None
         if last is not None:
-            client = await service.create_training_client_from_state_with_optimizer(last.state_path)
+            try:
+                client = await service.create_training_client_from_state_with_optimizer(last.state_path)
+            except Exception as exc:  # missing, truncated: name it, offer the previous one
+                raise run_dir.unreadable_checkpoint(last, exc) from exc
             start_step = last.step
         else:
             client = await model.create_training_client(service)

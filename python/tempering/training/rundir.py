@@ -2,7 +2,8 @@
 
 Layout (every file is written atomically, or append-only with a torn last line ignored)::
 
-    <log_dir>/config.json        the run's config (JSON form of the attrs config)
+    <log_dir>/config.json        the run's config (JSON form of the attrs config), and under
+                                 ``"__files__"`` the SHA-256 of every data file it names
     <log_dir>/metrics.jsonl      one line per completed optimizer step, in step order
     <log_dir>/checkpoints.jsonl  the checkpoint index: one record per saved state
     <log_dir>/state.json         values fixed when the run starts (e.g. DPO's reference weights)
@@ -16,6 +17,7 @@ can be cut back to exactly those lines and every later line is computed once mor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -32,6 +34,7 @@ __all__ = [
     "CheckpointRecord",
     "IfExists",
     "RunDir",
+    "RunDirCorruptError",
     "RunExistsError",
     "config_to_json",
 ]
@@ -46,6 +49,58 @@ _RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints.jsonl", "state.json")
 
 class RunExistsError(RuntimeError):
     """The run directory holds a run that may not be resumed (or ``if_exists="refuse"``)."""
+
+
+class RunDirCorruptError(RunExistsError):
+    """A file of the run directory cannot be read back; the message names the file and line."""
+
+
+_FILES_KEY = "__files__"
+_OVERWRITE = "start again with --run.if-exists overwrite (RunConfig.if_exists='overwrite')"
+
+
+def _file_strings(value: object) -> Iterator[str]:
+    """Every string of a config's JSON form that names an existing file."""
+    if isinstance(value, str):
+        if value and "\n" not in value and len(value) < 4096 and os.path.isfile(value):
+            yield value
+    elif isinstance(value, dict):
+        for v in cast("dict[str, object]", value).values():
+            yield from _file_strings(v)
+    elif isinstance(value, list):
+        for v in cast("list[object]", value):
+            yield from _file_strings(v)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _data_files(config_json: Mapping[str, Any], ignore: frozenset[str]) -> dict[str, str]:
+    """``{path: sha256}`` of the files the config names (fields in ``ignore`` aside)."""
+    paths = {p for k, v in config_json.items() if k not in ignore for p in _file_strings(v)}
+    return {p: _sha256(p) for p in sorted(paths)}
+
+
+def _parse_json(
+    path: Path, text: str, *, line: int = 1, damage: str = "the file is corrupt"
+) -> dict[str, Any]:
+    """``text`` (from ``path``, starting at line ``line``) as a JSON object, or
+    :class:`RunDirCorruptError` naming the file and line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunDirCorruptError(
+            f"{path}:{line + exc.lineno - 1}: not valid JSON ({exc.msg} at column {exc.colno}); "
+            f"{damage} (restore it from a backup, or {_OVERWRITE})"
+        ) from None
+    if not isinstance(value, dict):
+        raise RunDirCorruptError(f"{path}:{line}: expected a JSON object, got {type(value).__name__}")
+    return cast("dict[str, Any]", value)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -135,9 +190,9 @@ def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     lines = text.split("\n")
     if not text.endswith("\n"):
         lines = lines[:-1]  # the last line was never finished
-    for line in lines:
+    for number, line in enumerate(lines, start=1):
         if line.strip():
-            yield cast("dict[str, Any]", json.loads(line))
+            yield _parse_json(path, line, line=number)
 
 
 def _metrics_json(line: Mapping[str, Any]) -> str:
@@ -146,6 +201,24 @@ def _metrics_json(line: Mapping[str, Any]) -> str:
         {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in line.items()},
         allow_nan=False,
     )
+
+
+def _check_data_files(config_path: Path, recorded: object) -> None:
+    """Refuse a resume when a data file recorded in ``config.json`` changed or went away."""
+    if not isinstance(recorded, dict):
+        return  # a run started before files were recorded
+    for name, digest in cast("dict[str, object]", recorded).items():
+        if not os.path.isfile(name):
+            raise RunExistsError(
+                f"{name}: this data file of the run in {config_path.parent} is gone; restore it to "
+                f"resume, or {_OVERWRITE}"
+            )
+        if _sha256(name) != digest:
+            raise RunExistsError(
+                f"{name} changed since the run in {config_path.parent} started (its SHA-256 is "
+                f"recorded in {config_path}); resuming would train on other data: restore the "
+                f"file, use another --run.log-dir, or {_OVERWRITE}"
+            )
 
 
 class RunDir:
@@ -204,28 +277,35 @@ class RunDir:
         if run.exists():
             if if_exists == "refuse":
                 raise RunExistsError(
-                    f"{run.path} already holds a run; pass --if-exists resume to continue it, "
-                    "or --if-exists overwrite to start again"
+                    f"{run.path} already holds a run; pass --run.if-exists resume to continue it, "
+                    "or --run.if-exists overwrite to start again"
                 )
             if if_exists == "resume":
-                old_json = cast("dict[str, Any]", json.loads(run.config_path.read_text()))
+                old_json = run.read_config()
                 diff = sorted(
                     k
-                    for k in set(old_json) | set(new_json)
+                    for k in (set(old_json) | set(new_json)) - {_FILES_KEY}
                     if k not in ignore_on_resume and old_json.get(k) != new_json.get(k)
                 )
                 if diff:
                     raise RunExistsError(
                         f"{run.path} holds a run with a different config (fields {', '.join(diff)}); "
-                        "use another log directory, or --if-exists overwrite to start again"
+                        f"use another log directory (--run.log-dir), or {_OVERWRITE}"
                     )
+                _check_data_files(run.config_path, old_json.get(_FILES_KEY))
                 return run, True
             for name in _RUN_FILES:
                 (run.path / name).unlink(missing_ok=True)
             shutil.rmtree(run.path / "logs", ignore_errors=True)
         run.path.mkdir(parents=True, exist_ok=True)
+        new_json[_FILES_KEY] = _data_files(new_json, ignore_on_resume)
         _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
         return run, False
+
+    def read_config(self) -> dict[str, Any]:
+        """``config.json``; :class:`RunDirCorruptError` naming the file and line if it is not JSON."""
+        text = self.config_path.read_text(encoding="utf-8", errors="replace")
+        return _parse_json(self.config_path, text, damage="the run's config is corrupt")
 
     # ---- metrics -----------------------------------------------------------------------------
 
@@ -273,6 +353,27 @@ class RunDir:
     def last_checkpoint(self) -> CheckpointRecord | None:
         records = self.checkpoints()
         return records[-1] if records else None
+
+    def unreadable_checkpoint(self, record: CheckpointRecord, exc: BaseException) -> RunDirCorruptError:
+        """The error for a recorded checkpoint that cannot be loaded (missing, truncated): it
+        names the index line and the path, and how to resume from the previous checkpoint."""
+        records = self.checkpoints()
+        line = next((i for i, r in enumerate(records, start=1) if r == record), len(records))
+        where = f"{self.index_path}:{line}"
+        text = (
+            f"{where}: checkpoint {record.name!r} (step {record.step}, {record.state_path}) cannot be "
+            f"loaded ({type(exc).__name__}: {exc}). "
+        )
+        if line >= 2:
+            previous = records[line - 2]
+            text += (
+                f"To resume from the previous checkpoint {previous.name!r} (step {previous.step}), delete "
+                f"line {line} of {self.index_path} and run again (steps {previous.step}.."
+                f"{record.step - 1} are trained again); or {_OVERWRITE}"
+            )
+        else:
+            text += f"No earlier checkpoint is recorded: {_OVERWRITE}"
+        return RunDirCorruptError(text)
 
     def add_checkpoint(self, record: CheckpointRecord) -> None:
         """Add ``record`` to the index (the whole index is rewritten atomically)."""
