@@ -18,6 +18,7 @@ budgets                ``max_turns`` and ``max_trajectory_tokens`` end an episod
 failures               an env that raises fails its rollout, never the run; failures are counted by
                        exception type (``rollout/failed/<Type>``); ``cleanup()`` always runs
 masking                an env masks a turn (no gradient) by setting ``StepResult.metrics[MASK_TURN]``
+                       (or the cookbook's ``metrics["parse_error_masked"]``) to 1
 coordinated groups     a builder with ``coordinated_envs = True`` (e.g. the players of one game,
                        who wait for each other) has its members played concurrently from the start
                        and never retried one by one
@@ -59,7 +60,7 @@ from tempering_protocols import (
     TrajectoryGroup,
     Transition,
 )
-from tempering_protocols.rl import MASK_TURN
+from tempering_protocols.rl import MASK_TURN, PARSE_ERROR_MASKED
 
 __all__ = [
     "MASK_TURN",
@@ -275,7 +276,7 @@ async def _play(
                 reward=result.reward,
                 episode_done=done,
                 metrics=result.metrics,
-                masked=bool(result.metrics.get(MASK_TURN, 0)),
+                masked=bool(result.metrics.get(MASK_TURN, 0) or result.metrics.get(PARSE_ERROR_MASKED, 0)),
             )
         )
         if done:
