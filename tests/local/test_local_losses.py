@@ -112,10 +112,15 @@ def _check(
     loss: str,
     config: dict[str, float],
     reference: Reference,
+    *,
+    tight: bool = False,
 ) -> None:
+    """Loss value, per-datum logprobs and every parameter's gradient against ``reference``;
+    ``tight``: all to 1e-5 (and some gradient must be nonzero)."""
+    loss_rtol, grad_rtol = (1e-5, 1e-5) if tight else (1e-4, 1e-3)
     out = client.forward_backward(data, loss, config or None).result()  # type: ignore[arg-type]
     ref_grads, ref_loss, ref_lps = _reference_grads(tiny_dir, data, reference)
-    assert out.metrics["loss:sum"] == pytest.approx(ref_loss, rel=1e-4, abs=1e-4)
+    assert out.metrics["loss:sum"] == pytest.approx(ref_loss, rel=loss_rtol, abs=loss_rtol)
     assert len(out.loss_fn_outputs) == len(data)
     for output, datum, ref_lp in zip(out.loss_fn_outputs, data, ref_lps, strict=True):
         lp = output["logprobs"].to_numpy()
@@ -123,8 +128,10 @@ def _check(
         np.testing.assert_allclose(lp, ref_lp.numpy(), rtol=1e-5, atol=1e-5)
     grads = _grads(client)
     assert set(grads) == set(ref_grads)
+    if tight:
+        assert any(float(g.abs().max()) > 1e-4 for g in grads.values()), "no gradient at all"
     for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(grad, ref_grads[name], rtol=grad_rtol, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("case", sorted(REFERENCES))
@@ -333,27 +340,6 @@ def _ragged_rl_data(
     return data
 
 
-def _check_tight(
-    client: LocalTrainingClient,
-    tiny_dir: Path,
-    data: list[tinker.Datum],
-    loss: str,
-    config: dict[str, float],
-    reference: Reference,
-) -> None:
-    """Like :func:`_check`, to 1e-5 (loss value, logprobs and every parameter's gradient)."""
-    out = client.forward_backward(data, loss, config or None).result()  # type: ignore[arg-type]
-    ref_grads, ref_loss, ref_lps = _reference_grads(tiny_dir, data, reference)
-    assert out.metrics["loss:sum"] == pytest.approx(ref_loss, rel=1e-5, abs=1e-5)
-    for output, ref_lp in zip(out.loss_fn_outputs, ref_lps, strict=True):
-        np.testing.assert_allclose(output["logprobs"].to_numpy(), ref_lp.numpy(), rtol=1e-5, atol=1e-5)
-    grads = _grads(client)
-    assert set(grads) == set(ref_grads)
-    assert any(float(g.abs().max()) > 1e-4 for g in grads.values()), "no gradient at all"
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-5, atol=1e-5, msg=name)
-
-
 SEQUENCE_CASES: dict[str, tuple[str, dict[str, float], Reference, float, bool]] = {
     # name: (loss, config, reference, sampler jitter, per-token clip inputs)
     "gspo-default": ("gspo", {}, _gspo_reference(1 - 3e-4, 1 + 4e-4), 0.0005, False),
@@ -380,7 +366,7 @@ SEQUENCE_CASES: dict[str, tuple[str, dict[str, float], Reference, float, bool]] 
 def test_sequence_losses_match_reference(full_client: LocalTrainingClient, tiny_dir: Path, case: str) -> None:
     loss, config, reference, jitter, clip_inputs = SEQUENCE_CASES[case]
     data = _ragged_rl_data(tiny_dir, seed=len(case), jitter=jitter, clip_inputs=clip_inputs)
-    _check_tight(full_client, tiny_dir, data, loss, config, reference)
+    _check(full_client, tiny_dir, data, loss, config, reference, tight=True)
 
 
 def test_gspo_clips_whole_sequences(full_client: LocalTrainingClient, tiny_dir: Path) -> None:

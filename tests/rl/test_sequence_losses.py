@@ -46,7 +46,8 @@ def test_short_run_trains(loss: str, service: ServiceClient, tmp_path: Path) -> 
     result = asyncio.run(train(config, service=service))
     assert len(result.metrics) == 2
     losses = [float(m["optim/loss_sum"]) for m in result.metrics if "optim/loss_sum" in m]  # type: ignore[arg-type]
-    assert losses and all(math.isfinite(v) for v in losses), result.metrics
+    assert losses, result.metrics
+    assert all(math.isfinite(v) for v in losses), result.metrics
     before = _probe_logprobs(service, None)
     after = _probe_logprobs(service, result.final.sampler_path)
     assert np.abs(after - before).max() > 1e-4, "the weights did not move"
@@ -73,5 +74,6 @@ def test_gspo_datums_get_the_trained_tokens_as_sequence_ratio_mask() -> None:
     np.testing.assert_array_equal(out[0].loss_fn_inputs["sequence_ratio_mask"].to_numpy(), [0, 0, 1, 1, 0])
     # Other losses: the client-side mask is stripped, nothing else added or dropped.
     ppo = loss_datums([trained, untrained], "ppo")
-    assert len(ppo) == 2 and all("mask" not in d.loss_fn_inputs for d in ppo)
+    assert len(ppo) == 2
+    assert all("mask" not in d.loss_fn_inputs for d in ppo)
     assert all("sequence_ratio_mask" not in d.loss_fn_inputs for d in ppo)
