@@ -27,7 +27,7 @@ STOP = 10  # newline
 
 @attrs.define
 class LetterEnv:
-    """One turn: the prompt is ``"say <letter>:"``; the closer the sampled bytes are to it, the higher the reward."""
+    """One turn, prompt ``"say <letter>:"``; the closer the sampled bytes are to it, the higher the reward."""
 
     letter: str
 
