@@ -124,7 +124,7 @@ def _config_class(command: str) -> type[Any]:
 def _train(command: str, argv: Sequence[str]) -> int:
     """Build the config of ``command`` from ``argv`` with tyro (with ``--dataset-builder``, its
     fields as flags: :mod:`tempering.cli.builders`), run it, print the final metrics."""
-    from tempering.cli.builders import BuilderError, with_dataset_builder
+    from tempering.cli.builders import BuilderError, flag_help, with_dataset_builder
     from tempering.training import RunExistsError
 
     try:
@@ -132,7 +132,7 @@ def _train(command: str, argv: Sequence[str]) -> int:
     except BuilderError as exc:
         print(f"tempering {command}: {exc}", file=sys.stderr)
         return 2
-    config = finish(_tyro_cli(cls, argv, f"tempering {command}", _TRAINERS[command]))
+    config = finish(_tyro_cli(cls, argv, f"tempering {command}", _TRAINERS[command] + flag_help(command)))
     run: Callable[[], Any] = config
     try:
         result = asyncio.run(run())

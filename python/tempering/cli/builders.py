@@ -38,7 +38,7 @@ import attrs
 
 from tempering_protocols import ComparisonDatasetBuilder, RLDatasetBuilder, SupervisedDatasetBuilder
 
-__all__ = ["FLAG", "BuilderError", "load_builder", "split_builder_flag", "with_dataset_builder"]
+__all__ = ["FLAG", "BuilderError", "flag_help", "load_builder", "split_builder_flag", "with_dataset_builder"]
 
 FLAG = "--dataset-builder"
 
@@ -48,6 +48,17 @@ _PROTOCOLS: dict[str, tuple[type, str]] = {
     "dpo": (ComparisonDatasetBuilder, "data"),
 }
 """command → (the builder protocol, the config field the builder goes in)."""
+
+
+def flag_help(command: str) -> str:
+    """A line for ``tempering COMMAND --help`` about the flag ("" for a command without it)."""
+    if command not in _PROTOCOLS:
+        return ""
+    protocol, field = _PROTOCOLS[command]
+    return (
+        f"\n{FLAG} module.path:Name trains on your own {protocol.__name__} (an attrs class or "
+        f"dataclass), its fields as --{field}.FIELD flags."
+    )
 
 
 class BuilderError(ValueError):
