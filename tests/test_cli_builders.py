@@ -180,3 +180,13 @@ def test_the_flag_is_found_anywhere_once() -> None:
         split_builder_flag(["--dataset-builder", "m:X", "--dataset-builder=m:Y"])
     with pytest.raises(BuilderError, match="needs a value"):
         split_builder_flag(["--dataset-builder"])
+
+
+def test_a_module_that_fails_on_import_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "broken_builders.py").write_text('raise RuntimeError("boom at import")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["rl", "--dataset-builder", "broken_builders:Builder", "--run.log-dir", "r"]) == 2
+    err = capsys.readouterr().err
+    assert "importing module 'broken_builders' failed: RuntimeError: boom at import" in err

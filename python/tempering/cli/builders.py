@@ -100,6 +100,10 @@ def _import(spec: str) -> object:
             f"{FLAG} {spec!r}: cannot import module {module_name!r} ({exc}); is its directory on "
             "PYTHONPATH (or the package installed)?"
         ) from exc
+    except Exception as exc:  # the module's own code failed: SyntaxError, a bad top-level call...
+        raise BuilderError(
+            f"{FLAG} {spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     obj: object = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
