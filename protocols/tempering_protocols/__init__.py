@@ -8,7 +8,14 @@ from tempering_protocols.backend import CustomLossFn, Future, SamplingClient, Tr
 from tempering_protocols.evaluators import SamplingClientEvaluator, TrainingClientEvaluator
 from tempering_protocols.policies import MessageCompleter, TokenCompleter
 from tempering_protocols.rendering import Renderer, Tokenizer, decode_text
-from tempering_protocols.rl import MASK_TURN, Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from tempering_protocols.rl import (
+    MASK_TURN,
+    PARSE_ERROR_MASKED,
+    Env,
+    EnvGroupBuilder,
+    RLDataset,
+    RLDatasetBuilder,
+)
 from tempering_protocols.supervised import (
     ComparisonDataset,
     ComparisonDatasetBuilder,
@@ -42,6 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MASK_TURN",
+    "PARSE_ERROR_MASKED",
     "Action",
     "Comparison",
     "ComparisonDataset",

@@ -11,11 +11,15 @@ from typing import Protocol, runtime_checkable
 
 from tempering_protocols.types import Action, Metrics, Observation, StepResult, StopCondition, Trajectory
 
-__all__ = ["MASK_TURN", "Env", "EnvGroupBuilder", "RLDataset", "RLDatasetBuilder"]
+__all__ = ["MASK_TURN", "PARSE_ERROR_MASKED", "Env", "EnvGroupBuilder", "RLDataset", "RLDatasetBuilder"]
 
 MASK_TURN = "turn/masked"
 """Metrics key: an env that sets ``StepResult.metrics[MASK_TURN] = 1`` has that turn masked
 (its action tokens get mask 0 and advantage 0 in the datum)."""
+
+PARSE_ERROR_MASKED = "parse_error_masked"
+"""The Tinker Cookbook's metrics key for the same: ``StepResult.metrics[PARSE_ERROR_MASKED] = 1``
+masks the turn exactly as :data:`MASK_TURN` does (envs written for the cookbook keep working)."""
 
 
 @runtime_checkable

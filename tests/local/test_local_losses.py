@@ -4,6 +4,7 @@ plain transformers model)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -111,10 +112,15 @@ def _check(
     loss: str,
     config: dict[str, float],
     reference: Reference,
+    *,
+    tight: bool = False,
 ) -> None:
+    """Loss value, per-datum logprobs and every parameter's gradient against ``reference``;
+    ``tight``: all to 1e-5 (and some gradient must be nonzero)."""
+    loss_rtol, grad_rtol = (1e-5, 1e-5) if tight else (1e-4, 1e-3)
     out = client.forward_backward(data, loss, config or None).result()  # type: ignore[arg-type]
     ref_grads, ref_loss, ref_lps = _reference_grads(tiny_dir, data, reference)
-    assert out.metrics["loss:sum"] == pytest.approx(ref_loss, rel=1e-4, abs=1e-4)
+    assert out.metrics["loss:sum"] == pytest.approx(ref_loss, rel=loss_rtol, abs=loss_rtol)
     assert len(out.loss_fn_outputs) == len(data)
     for output, datum, ref_lp in zip(out.loss_fn_outputs, data, ref_lps, strict=True):
         lp = output["logprobs"].to_numpy()
@@ -122,8 +128,10 @@ def _check(
         np.testing.assert_allclose(lp, ref_lp.numpy(), rtol=1e-5, atol=1e-5)
     grads = _grads(client)
     assert set(grads) == set(ref_grads)
+    if tight:
+        assert any(float(g.abs().max()) > 1e-4 for g in grads.values()), "no gradient at all"
     for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(grad, ref_grads[name], rtol=grad_rtol, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("case", sorted(REFERENCES))
@@ -245,3 +253,159 @@ def test_gradients_accumulate_until_the_step(full_client: LocalTrainingClient) -
     grads_b = _grads(full_client)
     for name, g in grads_ab.items():
         torch.testing.assert_close(g, grads_a[name] + grads_b[name], rtol=1e-5, atol=1e-7)
+
+
+# ---- gspo and stable_reinforce -------------------------------------------------------------------
+# The references below are written from the definitions (docs/rl.md), not from the engine's code:
+# each returns the loss's value with the analytic gradient with respect to every logprob
+# attached as ``value + g * (lp - sg(lp))``, so value and gradient are checked separately.
+
+
+def _with_gradient(value: torch.Tensor, lp: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    return value.detach().sum() + (g.detach() * (lp - lp.detach())).sum()
+
+
+def _gspo_reference(low: float, high: float) -> Reference:
+    """GSPO-token: ``s = exp(mean over marked tokens of (lp - q))``; token ``t``'s loss is
+    ``-min(s A_t, clip(s) A_t)``; its gradient w.r.t. ``lp_t`` is ``-s A_t`` where the unclipped
+    branch is the minimum (``s`` inside the band, or past it on the side that lowers the
+    objective), else 0. Per-token thresholds in the datum override ``low``/``high``."""
+
+    def reference(lp_grad: torch.Tensor, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        lp = lp_grad.detach()
+        marked = [t for t in range(lp.shape[0]) if float(x["sequence_ratio_mask"][t]) != 0.0]
+        log_s = sum(float(lp[t]) - float(x["logprobs"][t]) for t in marked) / len(marked)
+        s = math.exp(log_s)
+        values, grads = [], []
+        for t in range(lp.shape[0]):
+            lo = float(x["clip_low_threshold"][t]) if "clip_low_threshold" in x else low
+            hi = float(x["clip_high_threshold"][t]) if "clip_high_threshold" in x else high
+            a = float(x["advantages"][t])
+            clipped = min(max(s, lo), hi)
+            values.append(-min(s * a, clipped * a))
+            unclipped_is_min = lo <= s <= hi or (a > 0 and s < lo) or (a < 0 and s > hi)
+            grads.append(-s * a if unclipped_is_min else 0.0)
+        return _with_gradient(torch.tensor(values, dtype=torch.float64), lp_grad, torch.tensor(grads))
+
+    return reference
+
+
+def _stable_reinforce_reference(kl_coeff: float) -> Reference:
+    """``-sg(r) A lp + kl_coeff (r - 1 - log r)`` per token, ``r = exp(lp - q)``; the gradient
+    w.r.t. ``lp`` is ``-r A + kl_coeff (r - 1)``."""
+
+    def reference(lp_grad: torch.Tensor, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        lp = lp_grad.detach()
+        values, grads = [], []
+        for t in range(lp.shape[0]):
+            log_r = float(lp[t]) - float(x["logprobs"][t])
+            r, a = math.exp(log_r), float(x["advantages"][t])
+            values.append(-r * a * float(lp[t]) + kl_coeff * (r - 1.0 - log_r))
+            grads.append(-r * a + kl_coeff * (r - 1.0))
+        return _with_gradient(torch.tensor(values, dtype=torch.float64), lp_grad, torch.tensor(grads))
+
+    return reference
+
+
+def _ragged_rl_data(
+    tiny_dir: Path, seed: int, *, jitter: float, clip_inputs: bool = False
+) -> list[tinker.Datum]:
+    """Five datums of random lengths; a prompt part (advantage 0, outside the ratio mask) and a
+    sampled part, sampler logprobs = the model's own jittered by up to ``jitter``."""
+    rng = np.random.default_rng(seed)
+    model = reference_model(tiny_dir)
+    data = []
+    for _ in range(5):
+        length = int(rng.integers(4, 24))
+        prompt = int(rng.integers(1, length - 1))
+        tokens = [int(t) for t in rng.integers(0, 256, size=length)]
+        with torch.no_grad():
+            lp = reference_logprobs(model, tokens[:-1], torch.tensor(tokens[1:])).numpy()
+        n = length - 1
+        sampled = np.arange(n) >= prompt - 1
+        q = np.where(sampled, lp + rng.uniform(-jitter, jitter, size=n), 0.0)
+        advantages = np.where(sampled, rng.normal(size=n), 0.0)
+        inputs: dict[str, object] = {
+            "target_tokens": tokens[1:],
+            "logprobs": q.astype(np.float32),
+            "advantages": advantages.astype(np.float32),
+            "sequence_ratio_mask": sampled.astype(np.float32),
+        }
+        if clip_inputs:
+            inputs["clip_low_threshold"] = rng.uniform(0.5, 1.0, size=n).astype(np.float32)
+            inputs["clip_high_threshold"] = rng.uniform(1.0, 1.5, size=n).astype(np.float32)
+        data.append(
+            tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)  # type: ignore[arg-type]
+        )
+    return data
+
+
+SEQUENCE_CASES: dict[str, tuple[str, dict[str, float], Reference, float, bool]] = {
+    # name: (loss, config, reference, sampler jitter, per-token clip inputs)
+    "gspo-default": ("gspo", {}, _gspo_reference(1 - 3e-4, 1 + 4e-4), 0.0005, False),
+    "gspo-config": (
+        "gspo",
+        {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
+        _gspo_reference(0.9, 1.1),
+        0.4,
+        False,
+    ),
+    "gspo-per-token": ("gspo", {}, _gspo_reference(0.0, 0.0), 0.4, True),
+    "stable_reinforce-default": ("stable_reinforce", {}, _stable_reinforce_reference(0.01), 0.5, False),
+    "stable_reinforce-config": (
+        "stable_reinforce",
+        {"kl_coeff": 0.7},
+        _stable_reinforce_reference(0.7),
+        0.5,
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEQUENCE_CASES))
+def test_sequence_losses_match_reference(full_client: LocalTrainingClient, tiny_dir: Path, case: str) -> None:
+    loss, config, reference, jitter, clip_inputs = SEQUENCE_CASES[case]
+    data = _ragged_rl_data(tiny_dir, seed=len(case), jitter=jitter, clip_inputs=clip_inputs)
+    _check(full_client, tiny_dir, data, loss, config, reference, tight=True)
+
+
+def test_gspo_clips_whole_sequences(full_client: LocalTrainingClient, tiny_dir: Path) -> None:
+    """A sequence whose ratio is past the band on the clipped side has no gradient at all,
+    whatever its tokens' own ratios; one inside the band has."""
+    data = _ragged_rl_data(tiny_dir, seed=11, jitter=0.0)
+    datum = data[0]
+    x = {k: v.to_numpy() for k, v in datum.loss_fn_inputs.items()}
+    marked = x["sequence_ratio_mask"] != 0
+    # q lowered by 0.5 on the marked tokens: s = e^0.5 > 1.0004; positive advantages: clipped.
+    shifted = {
+        **x,
+        "logprobs": np.where(marked, x["logprobs"] - 0.5, 0.0).astype(np.float32),
+        "advantages": np.where(marked, 1.0, 0.0).astype(np.float32),
+    }
+    clipped = tinker.Datum(model_input=datum.model_input, loss_fn_inputs=shifted)  # type: ignore[arg-type]
+    out = full_client.forward_backward([clipped], "gspo").result()
+    assert math.isfinite(out.metrics["loss:sum"])
+    assert all(float(g.abs().max()) == 0.0 for g in _grads(full_client).values())
+
+
+def test_gspo_needs_a_sequence_ratio_mask(full_client: LocalTrainingClient, tiny_dir: Path) -> None:
+    from tempering.local.errors import DatumError
+
+    data = _ragged_rl_data(tiny_dir, seed=5, jitter=0.1)
+    x = dict(data[1].loss_fn_inputs)
+    missing = tinker.Datum(
+        model_input=data[1].model_input,
+        loss_fn_inputs={k: v for k, v in x.items() if k != "sequence_ratio_mask"},
+    )
+    n = data[1].model_input.length
+    empty = tinker.Datum(
+        model_input=data[1].model_input,
+        loss_fn_inputs={
+            **x,
+            "sequence_ratio_mask": tinker.TensorData.from_numpy(np.zeros(n, dtype=np.float32)),
+        },
+    )
+    for bad, what in ((missing, "is missing"), (empty, "all zero")):
+        with pytest.raises(DatumError, match=what) as info:
+            full_client.forward_backward([data[0], bad], "gspo").result()
+        assert (info.value.index, info.value.field) == (1, "sequence_ratio_mask")

@@ -331,8 +331,8 @@ def test_bad_datums_fail_through_the_future_and_change_nothing(service: ServiceC
             client.forward_backward(data, loss).result()  # type: ignore[arg-type]
         assert (info.value.index, info.value.field) == (index, field), str(info.value)
         assert f"datum {index}" in str(info.value)
-    with pytest.raises(UnknownLossError, match="gspo"):
-        client.forward_backward(good, "gspo").result()
+    with pytest.raises(UnknownLossError, match="grpo"):
+        client.forward_backward(good, "grpo").result()  # type: ignore[arg-type]
     with pytest.raises(LossConfigError, match="clip_ratio"):
         client.forward_backward(good, "cross_entropy", {"clip_ratio": 0.2}).result()
     with pytest.raises(ValueError, match="no data"):

@@ -46,8 +46,22 @@ def rl_datum(tokens: Sequence[int], rng: np.random.Generator) -> tinker.Datum:
             "target_tokens": tokens[1:],
             "logprobs": (-3.0 + 0.1 * rng.standard_normal(n)).astype(np.float32),
             "advantages": rng.standard_normal(n).astype(np.float32),
+            # gspo's sequence ratio over the second half (other losses don't take it)
+            "sequence_ratio_mask": (np.arange(n) >= n // 2).astype(np.float32),
         },
     )
+
+
+def loss_data(loss: str, data: Sequence[tinker.Datum]) -> list[tinker.Datum]:
+    """``data`` with only the inputs ``loss`` takes."""
+    keep = {"target_tokens", *BUILTIN_LOSSES[loss].required, *BUILTIN_LOSSES[loss].per_token_config}
+    return [
+        tinker.Datum(
+            model_input=d.model_input,
+            loss_fn_inputs={k: v for k, v in d.loss_fn_inputs.items() if k in keep},
+        )
+        for d in data
+    ]
 
 
 def logprobs_of(output: tinker.ForwardBackwardOutput) -> list[np.ndarray]:
@@ -91,6 +105,45 @@ def test_sft_steps_match_the_in_process_engine(
     assert wire[-1] < wire[0]
 
 
+@pytest.mark.parametrize(
+    ("loss", "config"),
+    [
+        ("gspo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}),
+        ("stable_reinforce", {"kl_coeff": 0.05}),
+    ],
+)
+def test_sequence_losses_train_like_the_in_process_engine(
+    service: tinker.ServiceClient,
+    tiny_dir: Path,
+    tokens: list[int],
+    tmp_path: Path,
+    loss: str,
+    config: dict[str, float],
+) -> None:
+    """Three steps of ``gspo`` / ``stable_reinforce`` through the SDK: the same losses as the
+    engine in process, and the weights move."""
+    rng = np.random.default_rng(4)
+    data = loss_data(loss, [rl_datum(tokens, rng), rl_datum(tokens[:12], rng), rl_datum(tokens[5:30], rng)])
+    adam = tinker.AdamParams(learning_rate=1e-2)
+    client = service.create_lora_training_client(str(tiny_dir), rank=4).result(timeout=120)
+    wire: list[float] = []
+    for _ in range(3):
+        fb = client.forward_backward(data, loss, config)  # type: ignore[arg-type]
+        client.optim_step(adam).result(timeout=60)
+        wire.append(fb.result(timeout=60).metrics["loss:sum"])
+    with LocalService(root=tmp_path, device="cpu", dtype="float32", num_threads=1) as local:
+        in_process_client = local.create_lora_training_client(str(tiny_dir), rank=4).result()
+        in_process: list[float] = []
+        for _ in range(3):
+            fb_local = in_process_client.forward_backward(data, loss, config)  # type: ignore[arg-type]
+            in_process_client.optim_step(adam).result()
+            in_process.append(fb_local.result().metrics["loss:sum"])
+        in_process_client.close()
+    assert all(np.isfinite(wire))
+    np.testing.assert_allclose(wire, in_process, rtol=1e-4, atol=1e-5)
+    assert wire[0] != pytest.approx(wire[-1], rel=1e-6), "the weights did not move"
+
+
 def test_tokenizer_and_info_offline(trainer: tinker.TrainingClient, tiny_dir: Path) -> None:
     tokenizer = trainer.get_tokenizer()  # AutoTokenizer.from_pretrained(<local directory>)
     assert tokenizer.encode("hi") == [104, 105]
@@ -104,7 +157,9 @@ def test_tokenizer_and_info_offline(trainer: tinker.TrainingClient, tiny_dir: Pa
 def test_every_builtin_loss(trainer: tinker.TrainingClient, tokens: list[int], loss: str) -> None:
     rng = np.random.default_rng(0)
     data = (
-        [sft_datum(tokens)] if loss == "cross_entropy" else [rl_datum(tokens, rng), rl_datum(tokens[:9], rng)]
+        [sft_datum(tokens)]
+        if loss == "cross_entropy"
+        else loss_data(loss, [rl_datum(tokens, rng), rl_datum(tokens[:9], rng)])
     )
     config = {"clip_low_threshold": 0.7, "clip_high_threshold": 1.3} if loss == "ppo" else None
     forward = trainer.forward(data, loss, config).result(timeout=60)

@@ -126,12 +126,18 @@ def _config_class(command: str) -> type[Any]:
 
 
 def _train(command: str, argv: Sequence[str]) -> int:
-    """Build the config of ``command`` from ``argv`` with tyro, run it, print the final metrics."""
+    """Build the config of ``command`` from ``argv`` with tyro (with ``--dataset-builder``, its
+    fields as flags: :mod:`tempering.cli.builders`), run it, print the final metrics."""
+    from tempering.cli.builders import BuilderError, flag_help, with_dataset_builder
     from tempering.rl.rollouts import RolloutsFailedError
     from tempering.training import RunExistsError
 
-    cls = _config_class(command)
-    config = _tyro_cli(cls, argv, f"tempering {command}", _TRAINERS[command])
+    try:
+        cls, argv, finish = with_dataset_builder(command, _config_class(command), argv)
+    except BuilderError as exc:
+        print(f"tempering {command}: {exc}", file=sys.stderr)
+        return 2
+    config = finish(_tyro_cli(cls, argv, f"tempering {command}", _TRAINERS[command] + flag_help(command)))
     run: Callable[[], Any] = config
     try:
         result = asyncio.run(run())

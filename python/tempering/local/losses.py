@@ -2,34 +2,49 @@
 
 Every loss is a sum over tokens (reduction ``sum``) of an elementwise term, as the hosted
 service defines them. With ``lp`` the trainer's log-probability of ``target_tokens``, ``q`` the
-sampler's (``logprobs`` input), ``A`` the ``advantages`` and ``r = exp(lp - q)``:
+sampler's (``logprobs`` input), ``A`` the ``advantages``, ``r = exp(lp - q)`` and ``sg`` a
+stop-gradient:
 
-=====================  ======================================================  ==========================
-loss                   loss (summed over tokens)                                config (default)
-=====================  ======================================================  ==========================
-``cross_entropy``      ``-weights * lp`` (also ``[T, K]`` targets and weights)  —
-``importance_sampling````-r * A``                                               —
-``ppo``                ``-min(r * A, clip(r, low, high) * A)``                  ``clip_low_threshold`` (0.8),
-                                                                                ``clip_high_threshold`` (1.2)
-``cispo``              ``-stopgrad(clip(r, low, high)) * lp * A``               ``clip_low_threshold`` (0.0),
-                                                                                ``clip_high_threshold`` (4.0)
-``dro``                ``-(lp * A - beta / 2 * (lp - q) ** 2)``                 ``beta`` (0.1)
-=====================  ======================================================  ==========================
+======================  ======================================================  ==========================
+loss                    loss (summed over tokens)                                config (default)
+======================  ======================================================  ==========================
+``cross_entropy``       ``-weights * lp`` (also ``[T, K]`` targets and weights)  —
+``importance_sampling`` ``-r * A``                                               —
+``ppo``                 ``-min(r * A, clip(r, low, high) * A)``                  ``clip_low_threshold`` (0.8),
+                                                                                 ``clip_high_threshold`` (1.2)
+``cispo``               ``-sg(clip(r, low, high)) * lp * A``                     ``clip_low_threshold`` (0.0),
+                                                                                 ``clip_high_threshold`` (4.0)
+``dro``                 ``-(lp * A - beta / 2 * (lp - q) ** 2)``                 ``beta`` (0.1)
+``gspo``                ``-min(s_t * A, clip(s_t, low, high) * A)``, with        ``clip_low_threshold``
+                        ``s_t = exp(mean_M(sg(lp) - q) + lp - sg(lp))``          (0.9997),
+                        (``M``: the datum's ``sequence_ratio_mask != 0``)        ``clip_high_threshold``
+                                                                                 (1.0004)
+``stable_reinforce``    ``-sg(r) * A * lp + kl_coeff * (r - 1 - log r)``         ``kl_coeff`` (0.01)
+======================  ======================================================  ==========================
 
-``ppo`` and ``cispo`` also take per-token ``clip_low_threshold`` / ``clip_high_threshold`` in
-``loss_fn_inputs``; they override the config for that datum.
+``ppo``, ``cispo`` and ``gspo`` also take per-token ``clip_low_threshold`` /
+``clip_high_threshold`` in ``loss_fn_inputs``; they override the config for that datum. ``gspo``
+(GSPO-token) gives every token its datum's sequence ratio ``s`` (the geometric mean of ``r``
+over the tokens ``sequence_ratio_mask`` marks) as value and its own ``lp``'s gradient; its
+clip defaults are the GSPO paper's (the hosted service does not publish its own).
+``stable_reinforce`` on the hosted service reads sampling-time information recorded by the
+server (``record_stability_info`` and datum provenance); its exact objective is not published.
+The local engine's is REINFORCE with a stop-gradient importance weight plus ``kl_coeff`` times
+the ``k3`` estimate of ``KL(q || p)`` against the sampler, from the ``logprobs`` input; datum
+provenance, if given, is not needed and is ignored. See docs/rl.md.
 
 Shapes of one datum (``T`` = number of input tokens):
 
-==================  =========================  =====================================
-field               shape                      meaning
-==================  =========================  =====================================
-``model_input``     ``T``                      input tokens
-``target_tokens``   ``T`` or ``T, K``          token predicted at each position
-``weights``         same as ``target_tokens``  cross_entropy weight per target
-``logprobs``        ``T``                      sampler's logprob of each target
-``advantages``      ``T``                      advantage of each target
-==================  =========================  =====================================
+=======================  =========================  =====================================
+field                    shape                      meaning
+=======================  =========================  =====================================
+``model_input``          ``T``                      input tokens
+``target_tokens``        ``T`` or ``T, K``          token predicted at each position
+``weights``              same as ``target_tokens``  cross_entropy weight per target
+``logprobs``             ``T``                      sampler's logprob of each target
+``advantages``           ``T``                      advantage of each target
+``sequence_ratio_mask``  ``T``                      gspo: 1 on the tokens of the sequence ratio
+=======================  =========================  =====================================
 """
 
 from __future__ import annotations
@@ -85,6 +100,27 @@ def _dro(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], cfg: Mapping[str,
     return -(lp * inputs["advantages"] - 0.5 * cfg["beta"] * quadratic)
 
 
+def _gspo(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]) -> torch.Tensor:
+    """GSPO-token: each token's ratio has its datum's sequence ratio as value (the geometric
+    mean of ``r`` over the marked tokens) and its own logprob's gradient."""
+    in_ratio = (inputs["sequence_ratio_mask"] != 0).to(lp.dtype)
+    log_ratio = (lp.detach() - inputs["logprobs"]) * in_ratio
+    sequence_B_1_1 = log_ratio.sum(dim=(1, 2), keepdim=True) / in_ratio.sum(dim=(1, 2), keepdim=True)
+    ratio = torch.exp(sequence_B_1_1 + lp - lp.detach())
+    clipped = torch.clamp(ratio, inputs["clip_low_threshold"], inputs["clip_high_threshold"])
+    advantages = inputs["advantages"]
+    return -torch.minimum(ratio * advantages, clipped * advantages)
+
+
+def _stable_reinforce(
+    lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], cfg: Mapping[str, float]
+) -> torch.Tensor:
+    log_ratio = lp - inputs["logprobs"]
+    ratio = torch.exp(log_ratio)
+    k3 = ratio - 1.0 - log_ratio
+    return -ratio.detach() * inputs["advantages"] * lp + cfg["kl_coeff"] * k3
+
+
 @dataclass(frozen=True)
 class BuiltinLoss:
     """One built-in loss: the inputs it reads and its elementwise term."""
@@ -98,6 +134,8 @@ class BuiltinLoss:
     allows_topk: bool
     """Whether ``target_tokens`` may be ``[T, K]``."""
     objective: Objective
+    nonzero: tuple[str, ...] = ()
+    """Required inputs that must be nonzero somewhere in every datum."""
 
 
 _CLIP = ("clip_low_threshold", "clip_high_threshold")
@@ -124,6 +162,18 @@ BUILTIN_LOSSES: Mapping[str, BuiltinLoss] = {
             _cispo,
         ),
         BuiltinLoss("dro", ("logprobs", "advantages"), (), {"beta": 0.1}, False, _dro),
+        BuiltinLoss(
+            "gspo",
+            ("logprobs", "advantages", "sequence_ratio_mask"),
+            _CLIP,
+            {"clip_low_threshold": 1.0 - 3e-4, "clip_high_threshold": 1.0 + 4e-4},
+            False,
+            _gspo,
+            nonzero=("sequence_ratio_mask",),
+        ),
+        BuiltinLoss(
+            "stable_reinforce", ("logprobs", "advantages"), (), {"kl_coeff": 0.01}, False, _stable_reinforce
+        ),
     )
 }
 
@@ -252,6 +302,8 @@ def build_batch(
                 )
             if not np.isfinite(array).all():
                 raise DatumError(i, key, "contains NaN or infinity")
+            if loss is not None and key in loss.nonzero and not array.any():
+                raise DatumError(i, key, f"is all zero: loss {name} needs it to mark at least one token")
             arrays[key] = array.astype(np.float32)
         tokens_D.append(tokens)
         targets_D.append(target)

@@ -37,7 +37,6 @@ import tinker
 import torch
 
 from tempering.backend import ModelConfig, ServiceClient
-from tempering.data import BatchedDataset
 from tempering.preference.data import ComparisonData, pair_datums, reference_input
 from tempering.renderers import get_renderer
 from tempering.training import (
@@ -49,7 +48,14 @@ from tempering.training import (
     TrainResult,
     run_pipelined,
 )
-from tempering_protocols import Future, LabeledComparison, Renderer, SamplingClient, TrainingClient
+from tempering_protocols import (
+    ComparisonDataset,
+    Future,
+    LabeledComparison,
+    Renderer,
+    SamplingClient,
+    TrainingClient,
+)
 
 __all__ = ["DPOConfig", "DPOEvaluator", "dpo_loss", "reference_logprobs"]
 
@@ -196,6 +202,14 @@ async def _reference_sampler(loop: TrainingLoop) -> SamplingClient:
     return await loop.service.create_sampling_client(model_path=str(path))
 
 
+def _all_pairs(dataset: ComparisonDataset) -> list[LabeledComparison]:
+    """Every pair of a held-out dataset (a user's builder's ``ComparisonDataset`` too)."""
+    items = getattr(dataset, "items", None)
+    if items is not None:
+        return list(items)
+    return [pair for i in range(len(dataset)) for pair in dataset.get_batch(i)]
+
+
 async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainResult:
     train, test = config.data()
     batches_per_epoch = len(train)
@@ -213,21 +227,25 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
     async with loop:  # closes the sinks and the bar on error too
         renderer = get_renderer(config.model.renderer(), loop.client.get_tokenizer())
         reference = await _reference_sampler(loop)
-        make_data = functools.partial(pair_datums, renderer, max_length=config.data.max_length)
-        evaluator = None if test is None else DPOEvaluator(list(test.items), renderer, reference, config.beta)
+        make_data = functools.partial(
+            pair_datums, renderer, max_length=getattr(config.data, "max_length", None)
+        )
+        evaluator = None if test is None else DPOEvaluator(_all_pairs(test), renderer, reference, config.beta)
         initial: dict[str, float] = {}
         if evaluator is not None and loop.start_step == 0:
             initial = {f"initial/{k}": v for k, v in (await evaluator(loop.client)).items()}
 
         prepared: dict[int, tuple[list[tinker.Datum], list[Future[list[float | None]]]]] = {}
+        epochs: dict[int, int] = {}
 
-        def prepare(step: int, source: BatchedDataset[LabeledComparison]) -> None:
+        def prepare(step: int, source: ComparisonDataset) -> None:
             """Build step's datums and queue their reference logprobs (one step ahead)."""
             if step >= total_steps or step in prepared:
                 return
             epoch, index = loop.position(step)
-            if source.epoch != epoch:
+            if epochs.get(id(source)) != epoch:  # any ComparisonDataset (a user's builder's too)
                 source.set_epoch(epoch)
+                epochs[id(source)] = epoch
             data_D = make_data(source.get_batch(index))
             prepared[step] = (data_D, reference_logprobs(reference, data_D))
 

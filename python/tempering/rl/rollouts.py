@@ -23,6 +23,7 @@ failures               an env that raises, returns a reward that is not a finite
                        WARNING; ``cleanup()`` always runs. A training step whose every group failed
                        stops the run (:func:`raise_if_every_rollout_failed`)
 masking                an env masks a turn (no gradient) by setting ``StepResult.metrics[MASK_TURN]``
+                       (or the cookbook's ``metrics["parse_error_masked"]``) to 1
 coordinated groups     a builder with ``coordinated_envs = True`` (e.g. the players of one game,
                        who wait for each other) has its members played concurrently from the start
                        and never retried one by one
@@ -72,7 +73,7 @@ from tempering_protocols import (
     TrajectoryGroup,
     Transition,
 )
-from tempering_protocols.rl import MASK_TURN
+from tempering_protocols.rl import MASK_TURN, PARSE_ERROR_MASKED
 
 __all__ = [
     "MASK_TURN",
@@ -300,7 +301,7 @@ async def _play(
                 reward=reward,
                 episode_done=done,
                 metrics=result.metrics,
-                masked=bool(result.metrics.get(MASK_TURN, 0)),
+                masked=bool(result.metrics.get(MASK_TURN, 0) or result.metrics.get(PARSE_ERROR_MASKED, 0)),
             )
         )
         if done:

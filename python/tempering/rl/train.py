@@ -72,10 +72,10 @@ from tempering.rl.data import (
     compute_advantages,
     reference_logprobs,
     remove_constant_reward_groups,
-    strip_loss_inputs,
     trajectories_to_batch,
 )
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
+from tempering.rl.loss_inputs import loss_datums
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
 from tempering.rl.rollouts import (
     GroupRollout,
@@ -108,7 +108,7 @@ __all__ = [
 ]
 
 Schedule: TypeAlias = Literal["sync", "streaming", "async"]
-LossName: TypeAlias = Literal["importance_sampling", "ppo", "cispo", "dro"]
+LossName: TypeAlias = Literal["importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"]
 StalePolicy: TypeAlias = Literal["drop", "resample"]
 Float32Array = npt.NDArray[np.float32]
 
@@ -417,7 +417,10 @@ class _Run:
                 extra.update(kl_metrics)
             timers.add("wait", time.perf_counter() - t1)
         t2 = time.perf_counter()
-        data_D = strip_loss_inputs(batch.to_datums(), config.loss_fn)
+        data_D = loss_datums(batch.to_datums(), config.loss_fn)
+        if not data_D:  # gspo: no trained token in the minibatch
+            timers.add("train", time.perf_counter() - t2)
+            return None
         cfg = dict(config.loss_fn_config) if config.loss_fn_config is not None else None
         fb = self.loop.client.forward_backward(data_D, config.loss_fn, cfg)
         params = config.adam.adam_params(step, self.loop.total_steps)

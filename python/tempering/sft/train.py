@@ -196,7 +196,10 @@ class ChatData:
     test_size: int = 0
     batch_size: int = 16
     max_length: int | None = attrs.field(default=None, validator=check_max_length)
-    train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
+    train_on_what: TrainOnWhat = attrs.field(
+        default=TrainOnWhat.LAST_ASSISTANT_MESSAGE, converter=TrainOnWhat
+    )
+    """Also given as a string or the Tinker Cookbook's ``TrainOnWhat`` (same values)."""
     seed: int = 0
 
     def __call__(self, model: ModelConfig) -> SupervisedDatasetBuilder:
