@@ -14,7 +14,7 @@ from tempering.envs.tool_use import ToolBudget, ToolEnv, ToolEnvAdapter, ToolUse
 from tempering.renderers import BaseRenderer
 from tempering.tools import tool
 from tempering.tools.calculator import calculator
-from tempering_protocols import StepResult, Trajectory, Transition, TokensWithLogprobs
+from tempering_protocols import StepResult, TokensWithLogprobs, Trajectory, Transition
 from tempering_protocols.rendering import decode_text
 from tempering_protocols.testing import check_env_group_builder
 
@@ -75,7 +75,8 @@ def test_an_episode_with_every_kind_of_fault_goes_on_to_a_graded_answer(renderer
     assert first.startswith(
         "<|im_start|>system\nAnswer with a number.\n\nTools:\ncalculator(expression: string)"
     )
-    assert not mid.episode_done and mid.reward == 0
+    assert not mid.episode_done
+    assert mid.reward == 0
     text = decode_text(renderer.tokenizer, mid.next_observation.to_ints())
     for expected in [
         "<|im_start|>tool\n391<|im_end|>",
@@ -89,8 +90,10 @@ def test_an_episode_with_every_kind_of_fault_goes_on_to_a_graded_answer(renderer
     assert (m["tools/calls"], m["tools/errors"], m["tools/timeouts"]) == (5, 4, 1)
     assert (m["tools/calculator/calls"], m["tools/explode/errors"], m["tools/hang/timeouts"]) == (1, 1, 1)
     assert "tools/calculator/errors" not in m
-    assert end.episode_done and end.reward == 1.0
-    assert end.metrics["tool_use/correct"] == 1.0 and end.metrics["tool_use/tool_calls"] == 5
+    assert end.episode_done
+    assert end.reward == 1.0
+    assert end.metrics["tool_use/correct"] == 1.0
+    assert end.metrics["tool_use/tool_calls"] == 5
     assert end.metrics["tool_use/turns"] == 2
 
 
@@ -110,17 +113,21 @@ def _play(env: ToolEnvAdapter, renderer: BaseRenderer, replies: list[str]) -> li
 def test_budgets_stop_the_episode(renderer: BaseRenderer) -> None:
     call = _call("calculator", expression="1+1")
     steps = _play(_env(renderer, ToolBudget(max_turns=2)), renderer, [call, call, call])
-    assert len(steps) == 2 and steps[-1].episode_done and steps[-1].reward == 0
+    assert len(steps) == 2
+    assert steps[-1].episode_done
+    assert steps[-1].reward == 0
     assert steps[-1].metrics["tool_use/budget_stop/turns"] == 1
     assert steps[-1].metrics["tool_use/answered"] == 0
 
     steps = _play(_env(renderer, ToolBudget(max_tool_calls=3)), renderer, [call + call, call + call])
-    assert len(steps) == 2 and steps[-1].metrics["tool_use/budget_stop/tool_calls"] == 1
+    assert len(steps) == 2
+    assert steps[-1].metrics["tool_use/budget_stop/tool_calls"] == 1
     assert steps[-1].metrics["tools/calculator/budget_stops"] == 2
     assert "tools/calculator/calls" not in steps[-1].metrics  # the refused calls did not run
 
     steps = _play(_env(renderer, ToolBudget(max_sampled_tokens=10)), renderer, [call, call])
-    assert len(steps) == 1 and steps[0].metrics["tool_use/budget_stop/tokens"] == 1
+    assert len(steps) == 1
+    assert steps[0].metrics["tool_use/budget_stop/tokens"] == 1
 
 
 def test_result_cap_and_a_wrong_answer(renderer: BaseRenderer) -> None:
@@ -132,7 +139,8 @@ def test_result_cap_and_a_wrong_answer(renderer: BaseRenderer) -> None:
     text = decode_text(renderer.tokenizer, steps[0].next_observation.to_ints())
     assert "<|im_start|>tool\n39\n[truncated: 1 more characters]<|im_end|>" in text
     assert steps[0].metrics["tools/truncated"] == 1
-    assert steps[1].reward == 0 and steps[1].metrics["tool_use/answered"] == 1
+    assert steps[1].reward == 0
+    assert steps[1].metrics["tool_use/answered"] == 1
 
 
 def test_an_unparseable_reply_ends_the_episode(renderer: BaseRenderer) -> None:
@@ -143,7 +151,8 @@ def test_an_unparseable_reply_ends_the_episode(renderer: BaseRenderer) -> None:
         return await env.step(list(renderer.tokenizer.encode("no stop token", add_special_tokens=False)))
 
     result = asyncio.run(go())
-    assert result.episode_done and result.metrics["message/parse_error"] == 1
+    assert result.episode_done
+    assert result.metrics["message/parse_error"] == 1
     assert result.metrics["tool_use/answered"] == 0
 
 
@@ -158,11 +167,8 @@ def test_group_builder_conformance_and_stats(renderer: BaseRenderer) -> None:
         ob = renderer.build_generation_prompt([])
         return Trajectory([Transition(ob, ac, 0.0, True, metrics)], ob)
 
-    stats = tool_use_stats([
-        traj({"tool_use/correct": 1.0, "tool_use/answered": 1, "tool_use/tool_calls": 2, "tool_use/turns": 3}),
-        traj({"tool_use/correct": 0.0, "tool_use/answered": 0, "tool_use/tool_calls": 0, "tool_use/turns": 1,
-              "tool_use/budget_stop/turns": 1}),
-    ])  # fmt: skip
-    assert (stats.episodes, stats.correct, stats.answered, stats.tool_calls, stats.turns, stats.budget_stop) == (
-        2, 0.5, 0.5, 1.0, 2.0, 0.5,
-    )  # fmt: skip
+    a = {"tool_use/correct": 1.0, "tool_use/answered": 1, "tool_use/tool_calls": 2, "tool_use/turns": 3}
+    b = {"tool_use/correct": 0.0, "tool_use/answered": 0, "tool_use/tool_calls": 0, "tool_use/turns": 1}
+    stats = tool_use_stats([traj(a), traj({**b, "tool_use/budget_stop/turns": 1})])
+    got = (stats.episodes, stats.correct, stats.answered, stats.tool_calls, stats.turns, stats.budget_stop)
+    assert got == (2, 0.5, 0.5, 1.0, 2.0, 0.5)
