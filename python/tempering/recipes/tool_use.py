@@ -233,20 +233,20 @@ class ToolUseRecipe:
     test_towns: int = 15
     """Towns held out of SFT and RL (of 60); the evaluation asks about them."""
     sft_examples: int = 600
-    sft_steps: int = 300
-    sft_batch_size: int = 32
+    sft_steps: int = 120
+    sft_batch_size: int = 16
     sft_learning_rate: float = 1e-3
-    rl_steps: int = 10
-    rl_batch_size: int = 8
-    group_size: int = 8
+    rl_steps: int = 4
+    rl_batch_size: int = 4
+    group_size: int = 4
     rl_learning_rate: float = 1e-4
     max_turns: int = 4
     """Assistant replies per episode (the turn budget); tool calls are capped at the same number."""
     max_tokens: int = 96
     """Tokens per reply."""
-    eval_questions: int = 10
+    eval_questions: int = 5
     """Held-out questions per kind."""
-    eval_samples: int = 4
+    eval_samples: int = 2
     progress: bool = True
 
     def __attrs_post_init__(self) -> None:

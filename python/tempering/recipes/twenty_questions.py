@@ -191,16 +191,16 @@ class TwentyQuestionsRecipe:
     max_turns: int = 20
     turn_cost: float = 0.02
     sft_games: int = 1000
-    sft_steps: int = 150
+    sft_steps: int = 100
     sft_batch_size: int = 16
     sft_learning_rate: float = 1e-3
-    rl_steps: int = 10
-    rl_batch_size: int = 4
-    group_size: int = 8
+    rl_steps: int = 4
+    rl_batch_size: int = 2
+    group_size: int = 4
     rl_learning_rate: float = 1e-4
     max_tokens: int = 24
     """Tokens per question."""
-    eval_samples: int = 2
+    eval_samples: int = 1
     """Games per secret (36 secrets) in each evaluation."""
     progress: bool = True
 
