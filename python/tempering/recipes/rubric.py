@@ -100,6 +100,8 @@ class RubricTask:
     eval_samples: int = 2
     n_batches: int = 10
     seed: int = 0
+    test: bool = True
+    """Build the test set (the recipe evaluates by itself and passes ``False``)."""
     service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
 
     async def judge(self) -> LLMJudge:
@@ -124,11 +126,11 @@ class RubricTask:
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         judge = await self.judge()
         train = self.builders(load_questions("arithmetic_chat.jsonl"), judge, self.group_size)
+        train_ds = FixedGroups(train, batch_size=self.batch_size, n_batches=self.n_batches, seed=self.seed)
+        if not self.test:
+            return train_ds, None
         test = self.builders(load_questions("arithmetic_chat_test.jsonl"), judge, self.eval_samples)
-        return (
-            FixedGroups(train, batch_size=self.batch_size, n_batches=self.n_batches, seed=self.seed),
-            FixedGroups(test, batch_size=len(test), n_batches=1, seed=self.seed),
-        )
+        return train_ds, FixedGroups(test, batch_size=len(test), n_batches=1, seed=self.seed)
 
 
 def _figures(
@@ -183,6 +185,8 @@ class RubricRecipe:
     group_size: int = 4
     rl_learning_rate: float = 1e-4
     max_tokens: int = 12
+    eval_questions: int = 100
+    """Held-out questions evaluated (of the 100 in ``arithmetic_chat_test.jsonl``)."""
     eval_samples: int = 1
     progress: bool = True
 
@@ -195,6 +199,7 @@ class RubricRecipe:
             "rl_batch_size",
             "group_size",
             "max_tokens",
+            "eval_questions",
             "eval_samples",
         ):
             if getattr(self, name) < 1:
@@ -267,11 +272,11 @@ class RubricRecipe:
             eval_samples=self.eval_samples,
             n_batches=self.rl_steps,
             seed=self.seed,
+            test=False,
             service=service,
         )
-        eval_builders = task.builders(
-            load_questions("arithmetic_chat_test.jsonl"), await task.judge(), self.eval_samples
-        )
+        held_out = load_questions("arithmetic_chat_test.jsonl")[: self.eval_questions]
+        eval_builders = task.builders(held_out, await task.judge(), self.eval_samples)
 
         async def evaluate(stage: str, sampler_path: str | None) -> dict[str, float]:
             sampler = await service.create_sampling_client(model_path=sampler_path)

@@ -143,6 +143,8 @@ class ToolUseTask:
     n_batches: int = 30
     max_turns: int = 4
     seed: int = 0
+    test: bool = True
+    """Build the test set (the recipe evaluates by itself and passes ``False``)."""
 
     def split(self) -> tuple[list[Question], list[Question]]:
         """``(train, test)`` questions."""
@@ -185,7 +187,7 @@ class ToolUseTask:
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = self.split()
-        test_builders = self.builders(test, self.eval_samples)
+        test_builders = self.builders(test, self.eval_samples) if self.test else []
         return (
             FixedGroups(
                 self.builders(train, self.group_size),
@@ -193,7 +195,9 @@ class ToolUseTask:
                 n_batches=self.n_batches,
                 seed=self.seed,
             ),
-            FixedGroups(test_builders, batch_size=len(test_builders), n_batches=1, seed=self.seed),
+            FixedGroups(test_builders, batch_size=len(test_builders), n_batches=1, seed=self.seed)
+            if test_builders
+            else None,
         )
 
 
@@ -281,6 +285,7 @@ class ToolUseRecipe:
             n_batches=self.rl_steps,
             max_turns=self.max_turns,
             seed=self.seed,
+            test=False,
         )
 
     async def __call__(self) -> RecipeResult:

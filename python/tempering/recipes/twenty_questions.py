@@ -119,6 +119,8 @@ class TwentyQuestionsTask:
     max_turns: int = 20
     turn_cost: float = 0.02
     seed: int = 0
+    test: bool = True
+    """Build the test set (the recipe evaluates by itself and passes ``False``)."""
     service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
 
     async def answerer(self) -> MessageCompleter:
@@ -162,6 +164,8 @@ class TwentyQuestionsTask:
             max_turns=self.max_turns,
             turn_cost=self.turn_cost,
         )
+        if not self.test:
+            return train, None
         test = self.eval_builders(answerer)
         return train, FixedGroups(test, batch_size=len(test), n_batches=1, seed=self.seed)
 
@@ -263,6 +267,7 @@ class TwentyQuestionsRecipe:
             max_turns=self.max_turns,
             turn_cost=self.turn_cost,
             seed=self.seed,
+            test=False,
             service=service,
         )
         eval_builders = task.eval_builders(await task.answerer())
