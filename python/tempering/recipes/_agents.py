@@ -10,21 +10,42 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 from tempering.model_info import resolve_renderer_name
+from tempering.recipes._common import (
+    TINY_MODEL,
+    RecipeResult,
+    close_service,
+    default_lora_rank,
+    finish,
+    fresh_model,
+    sft_stage,
+)
 from tempering.renderers import BaseRenderer, get_renderer
-from tempering_protocols import EnvGroupBuilder, Message, RLDatasetBuilder, SamplingClient, Trajectory
+from tempering_protocols import (
+    EnvGroupBuilder,
+    Message,
+    RLDatasetBuilder,
+    SamplingClient,
+    TrainOnWhat,
+    Trajectory,
+)
 
 if TYPE_CHECKING:
     from tempering.backend import ServiceClient
     from tempering.training import TrainResult
 
-__all__ = ["FixedGroups", "play", "recipe_renderer", "rl_stage", "write_chats"]
+__all__ = ["AgentRecipe", "Evaluate", "FixedGroups", "play", "recipe_renderer", "rl_stage", "write_chats"]
+
+Evaluate = Callable[[str, SamplingClient], Awaitable[dict[str, float]]]
+"""``evaluate(stage, sampler)``: the figures of a stage's policy, keys prefixed with ``stage``."""
 
 
 def recipe_renderer(base_model: str, renderer_name: str | None) -> BaseRenderer:
@@ -133,3 +154,103 @@ async def rl_stage(
         seed=seed,
     )
     return await train(config, service=service)
+
+
+@attrs.frozen(kw_only=True)
+class AgentRecipe:
+    """The fields and the pipeline the agent recipes share: an SFT warm start on scripted data,
+    an evaluation, RL from the SFT checkpoint, the same evaluation. Subclasses set their own
+    defaults and run :meth:`sft_then_rl` from ``__call__``."""
+
+    out: str | None = None
+    """Run directory (replaced if it exists); default ``runs/<recipe>-<timestamp>``."""
+    base_model: str = TINY_MODEL
+    renderer_name: str | None = None
+    lora_rank: int | None = None
+    """LoRA rank; default: full fine-tuning (0) for the tiny model, 32 otherwise."""
+    seed: int = 0
+    sft_steps: int = 100
+    sft_batch_size: int = 16
+    sft_learning_rate: float = 1e-3
+    rl_steps: int = 4
+    rl_batch_size: int = 4
+    group_size: int = 4
+    rl_learning_rate: float = 1e-4
+    max_tokens: int = 32
+    """Tokens per reply."""
+    progress: bool = True
+
+    def check_positive(self, *names: str) -> None:
+        """Raise ``ValueError`` naming the first of these fields (and the shared ones) below 1."""
+        shared = ("sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size", "group_size", "max_tokens")
+        for name in (*shared, *names):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{type(self).__name__}: {name} must be >= 1, got {getattr(self, name)}")
+
+    async def sft_then_rl(
+        self,
+        name: str,
+        out: Path,
+        service: ServiceClient,
+        *,
+        train_path: Path,
+        test_path: Path,
+        make_task: Callable[[TrainResult], Awaitable[tuple[RLDatasetBuilder, Evaluate]]],
+        train_on_what: TrainOnWhat = TrainOnWhat.ALL_ASSISTANT_MESSAGES,
+        extra: Mapping[str, Any] | None = None,
+        t_start: float | None = None,
+    ) -> RecipeResult:
+        """SFT on ``train_path`` (``<out>/sft``); ``make_task(sft)`` gives the RL task and the
+        evaluation; evaluate, RL (``<out>/rl``), evaluate; write the summary (``wall_seconds``
+        from ``t_start``, default now)."""
+        t_start = time.monotonic() if t_start is None else t_start
+        print(f"tempering recipe {name}: SFT, {self.sft_steps} steps -> {out / 'sft'}", flush=True)
+        sft = await sft_stage(
+            out / "sft",
+            service=service,
+            model=fresh_model(
+                self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name
+            ),
+            train_path=train_path,
+            test_path=test_path,
+            steps=self.sft_steps,
+            batch_size=self.sft_batch_size,
+            learning_rate=self.sft_learning_rate,
+            max_warmup_steps=20,
+            train_on_what=train_on_what,
+            seed=self.seed,
+            progress=self.progress,
+        )
+        task, evaluate = await make_task(sft)
+
+        async def stage(label: str, path: str | None) -> dict[str, float]:
+            figures = await evaluate(label, await service.create_sampling_client(model_path=path))
+            print(f"tempering recipe {name}: after {label.upper()} {figures}", flush=True)
+            return figures
+
+        before = await stage("sft", sft.final.sampler_path)
+        print(f"tempering recipe {name}: RL, {self.rl_steps} steps -> {out / 'rl'}", flush=True)
+        rl = await rl_stage(
+            out / "rl",
+            service=service,
+            task=task,
+            base_model=self.base_model,
+            renderer_name=self.renderer_name,
+            init_state=sft.final.state_path,
+            lora_rank=default_lora_rank(self.base_model, self.lora_rank),
+            steps=self.rl_steps,
+            learning_rate=self.rl_learning_rate,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            eval_every=0,
+            progress=self.progress,
+        )
+        after = await stage("rl", rl.final.sampler_path)
+        close_service(service)
+        figures = {**before, **after, "wall_seconds": time.monotonic() - t_start}
+        facts = {
+            **(extra or {}),
+            "sft_checkpoint": sft.final.sampler_path,
+            "rl_checkpoint": rl.final.sampler_path,
+        }
+        return finish(RecipeResult(name, out, figures, facts), config=self)

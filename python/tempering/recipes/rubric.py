@@ -32,19 +32,16 @@ import attrs
 from tempering.backend import ServiceClient, service_client
 from tempering.envs.completer import SamplingMessageCompleter
 from tempering.envs.judge import LLMJudge, RubricGroupBuilder
-from tempering.recipes._agents import FixedGroups, play, recipe_renderer, rl_stage, write_chats
+from tempering.recipes._agents import AgentRecipe, Evaluate, FixedGroups, play, recipe_renderer, write_chats
 from tempering.recipes._common import (
     TINY_MODEL,
     RecipeResult,
-    close_service,
-    default_lora_rank,
-    finish,
     fresh_model,
     prepare_run_dir,
     recipe_service,
     sft_stage,
 )
-from tempering_protocols import Message, RLDataset, Trajectory
+from tempering_protocols import Message, RLDataset, RLDatasetBuilder, SamplingClient, TrainOnWhat, Trajectory
 
 __all__ = ["RUBRIC", "RubricRecipe", "RubricTask", "judge_examples", "load_questions"]
 
@@ -159,16 +156,10 @@ def _figures(
 
 
 @attrs.frozen(kw_only=True)
-class RubricRecipe:
+class RubricRecipe(AgentRecipe):
     """Rubric: train (or take) a judge, SFT the policy, RL against the judge; calling it runs
-    it. Defaults: docs/recipes/rubric.md."""
+    it. Figures: docs/recipes/rubric.md."""
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/rubric-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """LoRA rank; default: full fine-tuning (0) for the tiny model, 32 otherwise."""
     judge_model: str | None = None
     """The judge's base model; default ``base_model``."""
     judge_renderer_name: str | None = None
@@ -176,34 +167,15 @@ class RubricRecipe:
     judge_sft_steps: int = 100
     """SFT steps of the judge; 0: use ``judge_model``'s base weights as the judge."""
     judge_timeout_s: float = 60.0
-    seed: int = 0
-    sft_steps: int = 100
     sft_batch_size: int = 32
     sft_learning_rate: float = 2e-3
-    rl_steps: int = 4
-    rl_batch_size: int = 4
-    group_size: int = 4
-    rl_learning_rate: float = 1e-4
     max_tokens: int = 12
     eval_questions: int = 100
     """Held-out questions evaluated (of the 100 in ``arithmetic_chat_test.jsonl``)."""
     eval_samples: int = 1
-    progress: bool = True
 
     def __attrs_post_init__(self) -> None:
-        for name in (
-            "judge_examples",
-            "sft_steps",
-            "sft_batch_size",
-            "rl_steps",
-            "rl_batch_size",
-            "group_size",
-            "max_tokens",
-            "eval_questions",
-            "eval_samples",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RubricRecipe: {name} must be >= 1, got {getattr(self, name)}")
+        self.check_positive("judge_examples", "eval_questions", "eval_samples")
         if self.judge_sft_steps < 0:
             raise ValueError(f"RubricRecipe: judge_sft_steps must be >= 0, got {self.judge_sft_steps}")
 
@@ -245,69 +217,39 @@ class RubricRecipe:
             )
             judge_path = judge_sft.final.sampler_path
 
-        print(f"tempering recipe rubric: policy SFT, {self.sft_steps} steps -> {out / 'sft'}", flush=True)
-        sft = await sft_stage(
-            out / "sft",
-            service=service,
-            model=fresh_model(
-                self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name
-            ),
+        async def make_task(sft: object) -> tuple[RLDatasetBuilder, Evaluate]:
+            task = RubricTask(
+                base_model=self.base_model,
+                renderer_name=self.renderer_name,
+                judge_path=judge_path,
+                judge_model=judge_model,
+                judge_renderer_name=self.judge_renderer_name,
+                judge_timeout_s=self.judge_timeout_s,
+                batch_size=self.rl_batch_size,
+                group_size=self.group_size,
+                eval_samples=self.eval_samples,
+                n_batches=self.rl_steps,
+                seed=self.seed,
+                test=False,
+                service=service,
+            )
+            held_out = load_questions("arithmetic_chat_test.jsonl")[: self.eval_questions]
+            eval_builders = task.builders(held_out, await task.judge(), self.eval_samples)
+
+            async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
+                played = await play(sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919)
+                return _figures(stage, eval_builders, played)
+
+            return task, evaluate
+
+        return await self.sft_then_rl(
+            "rubric",
+            out,
+            service,
             train_path=assets.path("arithmetic_chat.jsonl"),
             test_path=assets.path("arithmetic_chat_test.jsonl"),
-            steps=self.sft_steps,
-            batch_size=self.sft_batch_size,
-            learning_rate=self.sft_learning_rate,
-            seed=self.seed,
-            progress=self.progress,
+            make_task=make_task,
+            train_on_what=TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+            extra={"judge_checkpoint": judge_path},
+            t_start=t_start,
         )
-        task = RubricTask(
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            judge_path=judge_path,
-            judge_model=judge_model,
-            judge_renderer_name=self.judge_renderer_name,
-            judge_timeout_s=self.judge_timeout_s,
-            batch_size=self.rl_batch_size,
-            group_size=self.group_size,
-            eval_samples=self.eval_samples,
-            n_batches=self.rl_steps,
-            seed=self.seed,
-            test=False,
-            service=service,
-        )
-        held_out = load_questions("arithmetic_chat_test.jsonl")[: self.eval_questions]
-        eval_builders = task.builders(held_out, await task.judge(), self.eval_samples)
-
-        async def evaluate(stage: str, sampler_path: str | None) -> dict[str, float]:
-            sampler = await service.create_sampling_client(model_path=sampler_path)
-            played = await play(sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919)
-            figures = _figures(stage, eval_builders, played)
-            print(f"tempering recipe rubric: after {stage.upper()} {figures}", flush=True)
-            return figures
-
-        before = await evaluate("sft", sft.final.sampler_path)
-        print(f"tempering recipe rubric: RL, {self.rl_steps} steps -> {out / 'rl'}", flush=True)
-        rl = await rl_stage(
-            out / "rl",
-            service=service,
-            task=task,
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            init_state=sft.final.state_path,
-            lora_rank=default_lora_rank(self.base_model, self.lora_rank),
-            steps=self.rl_steps,
-            learning_rate=self.rl_learning_rate,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-            eval_every=0,
-            progress=self.progress,
-        )
-        after = await evaluate("rl", rl.final.sampler_path)
-        close_service(service)
-        figures = {**before, **after, "wall_seconds": time.monotonic() - t_start}
-        extra = {
-            "judge_checkpoint": judge_path,
-            "sft_checkpoint": sft.final.sampler_path,
-            "rl_checkpoint": rl.final.sampler_path,
-        }
-        return finish(RecipeResult("rubric", out, figures, extra), config=self)

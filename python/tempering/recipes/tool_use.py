@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -39,22 +38,12 @@ import attrs
 
 from tempering.envs.problem import first_number_match
 from tempering.envs.tool_use import ToolBudget, ToolUseGroupBuilder, tool_use_stats
-from tempering.recipes._agents import FixedGroups, play, recipe_renderer, rl_stage, write_chats
-from tempering.recipes._common import (
-    TINY_MODEL,
-    RecipeResult,
-    close_service,
-    default_lora_rank,
-    finish,
-    fresh_model,
-    prepare_run_dir,
-    recipe_service,
-    sft_stage,
-)
+from tempering.recipes._agents import AgentRecipe, Evaluate, FixedGroups, play, recipe_renderer, write_chats
+from tempering.recipes._common import TINY_MODEL, RecipeResult, prepare_run_dir, recipe_service
 from tempering.tools import Tool
 from tempering.tools.calculator import calculator, evaluate_expression
 from tempering.tools.search import BM25Search
-from tempering_protocols import Message, RLDataset, ToolCall, TrainOnWhat
+from tempering_protocols import Message, RLDataset, RLDatasetBuilder, SamplingClient, ToolCall
 
 __all__ = ["KINDS", "Question", "ToolUseRecipe", "ToolUseTask", "make_questions", "scripted_episode"]
 
@@ -221,29 +210,14 @@ def _figures(
 
 
 @attrs.frozen(kw_only=True)
-class ToolUseRecipe:
+class ToolUseRecipe(AgentRecipe):
     """Tool use: SFT on scripted tool-using episodes, then multi-turn RL; calling it runs it.
+    Figures: docs/recipes/tool-use.md; the test runs a tiny budget."""
 
-    The defaults are the measured run of docs/recipes/tool-use.md; the test runs a tiny budget.
-    """
-
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/tool-use-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """LoRA rank; default: full fine-tuning (0) for the tiny model, 32 otherwise."""
-    seed: int = 0
     test_towns: int = 15
     """Towns held out of SFT and RL (of 60); the evaluation asks about them."""
     sft_examples: int = 600
     sft_steps: int = 120
-    sft_batch_size: int = 16
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 4
-    rl_batch_size: int = 4
-    group_size: int = 4
-    rl_learning_rate: float = 1e-4
     max_turns: int = 4
     """Assistant replies per episode (the turn budget); tool calls are capped at the same number."""
     max_tokens: int = 96
@@ -251,23 +225,9 @@ class ToolUseRecipe:
     eval_questions: int = 5
     """Held-out questions per kind."""
     eval_samples: int = 2
-    progress: bool = True
 
     def __attrs_post_init__(self) -> None:
-        for name in (
-            "sft_examples",
-            "sft_steps",
-            "sft_batch_size",
-            "rl_steps",
-            "rl_batch_size",
-            "group_size",
-            "max_turns",
-            "max_tokens",
-            "eval_questions",
-            "eval_samples",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ToolUseRecipe: {name} must be >= 1, got {getattr(self, name)}")
+        self.check_positive("sft_examples", "max_turns", "eval_questions", "eval_samples")
         if not 1 <= self.test_towns <= 50:
             raise ValueError(
                 f"ToolUseRecipe: test_towns must be in 1..50 (the corpus has 60), got {self.test_towns}"
@@ -291,7 +251,6 @@ class ToolUseRecipe:
     async def __call__(self) -> RecipeResult:
         from tempering.tools import tool_prefix
 
-        t_start = time.monotonic()
         out = prepare_run_dir("tool-use", self.out)
         service = recipe_service(self.base_model)
         task = self.task()
@@ -304,55 +263,21 @@ class ToolUseRecipe:
         test_path = write_chats(
             out / "data" / "test.jsonl", [[*prefix, *scripted_episode(q, index)] for q in test]
         )
-
-        print(f"tempering recipe tool-use: SFT, {self.sft_steps} steps -> {out / 'sft'}", flush=True)
-        model = fresh_model(self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name)
-        sft = await sft_stage(
-            out / "sft",
-            service=service,
-            model=model,
-            train_path=train_path,
-            test_path=test_path,
-            steps=self.sft_steps,
-            batch_size=self.sft_batch_size,
-            learning_rate=self.sft_learning_rate,
-            max_warmup_steps=20,
-            train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
-            seed=self.seed,
-            progress=self.progress,
-        )
         eval_builders = task.builders(test, self.eval_samples)
 
-        async def evaluate(stage: str, sampler_path: str | None) -> dict[str, float]:
-            sampler = await service.create_sampling_client(model_path=sampler_path)
+        async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
             played = await play(sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919)
-            figures = _figures(stage, eval_builders, played)
-            print(f"tempering recipe tool-use: after {stage.upper()} {figures}", flush=True)
-            return figures
+            return _figures(stage, eval_builders, played)
 
-        before = await evaluate("sft", sft.final.sampler_path)
-        print(f"tempering recipe tool-use: RL, {self.rl_steps} steps -> {out / 'rl'}", flush=True)
-        rl = await rl_stage(
-            out / "rl",
-            service=service,
-            task=task,
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            init_state=sft.final.state_path,
-            lora_rank=default_lora_rank(self.base_model, self.lora_rank),
-            steps=self.rl_steps,
-            learning_rate=self.rl_learning_rate,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-            eval_every=0,
-            progress=self.progress,
+        async def make_task(sft: object) -> tuple[RLDatasetBuilder, Evaluate]:
+            return task, evaluate
+
+        return await self.sft_then_rl(
+            "tool-use",
+            out,
+            service,
+            train_path=train_path,
+            test_path=test_path,
+            make_task=make_task,
+            extra={"eval_episodes": len(test) * self.eval_samples},
         )
-        after = await evaluate("rl", rl.final.sampler_path)
-        close_service(service)
-        figures = {**before, **after, "wall_seconds": time.monotonic() - t_start}
-        extra = {
-            "eval_episodes": len(test) * self.eval_samples,
-            "sft_checkpoint": sft.final.sampler_path,
-            "rl_checkpoint": rl.final.sampler_path,
-        }
-        return finish(RecipeResult("tool-use", out, figures, extra), config=self)

@@ -26,8 +26,8 @@ Example::
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -42,19 +42,12 @@ from tempering.envs.twenty_questions import (
     load_words,
     twenty_questions_stats,
 )
-from tempering.recipes._agents import FixedGroups, play, recipe_renderer, rl_stage, write_chats
-from tempering.recipes._common import (
-    TINY_MODEL,
-    RecipeResult,
-    close_service,
-    default_lora_rank,
-    finish,
-    fresh_model,
-    prepare_run_dir,
-    recipe_service,
-    sft_stage,
-)
-from tempering_protocols import Message, MessageCompleter, RLDataset, TrainOnWhat
+from tempering.recipes._agents import AgentRecipe, Evaluate, FixedGroups, play, recipe_renderer, write_chats
+from tempering.recipes._common import TINY_MODEL, RecipeResult, prepare_run_dir, recipe_service
+from tempering_protocols import Message, MessageCompleter, RLDataset, RLDatasetBuilder, SamplingClient
+
+if TYPE_CHECKING:
+    from tempering.training import TrainResult
 
 __all__ = [
     "TwentyQuestionsRecipe",
@@ -170,61 +163,27 @@ class TwentyQuestionsTask:
         return train, FixedGroups(test, batch_size=len(test), n_batches=1, seed=self.seed)
 
 
-def _describe(stats: dict[str, float], stage: str) -> str:
-    return (
-        f"won {stats[f'{stage}_won']:.1%}, {stats[f'{stage}_turns']:.1f} questions a game, "
-        f"answerer unusable {stats[f'{stage}_answer_invalid']:.1%}"
-    )
-
-
 @attrs.frozen(kw_only=True)
-class TwentyQuestionsRecipe:
+class TwentyQuestionsRecipe(AgentRecipe):
     """Twenty questions: SFT on scripted games (both roles), then RL of the asker against the
-    frozen answerer; calling it runs it. Defaults: docs/recipes/twenty-questions.md."""
+    frozen answerer; calling it runs it. Figures: docs/recipes/twenty-questions.md."""
 
-    out: str | None = None
-    """Run directory (replaced if it exists); default ``runs/twenty-questions-<timestamp>``."""
-    base_model: str = TINY_MODEL
-    renderer_name: str | None = None
-    lora_rank: int | None = None
-    """LoRA rank; default: full fine-tuning (0) for the tiny model, 32 otherwise."""
     answerer_model: str | None = None
     """The answerer's base model (its base weights, untrained); default: the SFT checkpoint."""
     answerer_renderer_name: str | None = None
-    seed: int = 0
     max_turns: int = 20
     turn_cost: float = 0.02
     sft_games: int = 1000
-    sft_steps: int = 100
-    sft_batch_size: int = 16
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 4
     rl_batch_size: int = 2
-    group_size: int = 4
-    rl_learning_rate: float = 1e-4
     max_tokens: int = 24
     """Tokens per question."""
     eval_samples: int = 1
     """Games per secret (36 secrets) in each evaluation."""
-    progress: bool = True
 
     def __attrs_post_init__(self) -> None:
-        for name in (
-            "max_turns",
-            "sft_games",
-            "sft_steps",
-            "sft_batch_size",
-            "rl_steps",
-            "rl_batch_size",
-            "group_size",
-            "max_tokens",
-            "eval_samples",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TwentyQuestionsRecipe: {name} must be >= 1, got {getattr(self, name)}")
+        self.check_positive("max_turns", "sft_games", "eval_samples")
 
     async def __call__(self) -> RecipeResult:
-        t_start = time.monotonic()
         out = prepare_run_dir("twenty-questions", self.out)
         service = recipe_service(self.base_model)
         words = load_words()
@@ -238,74 +197,38 @@ class TwentyQuestionsRecipe:
         test_rows = [scripted_game(w, words, self.max_turns, test_rng)[0] for w in words]
         test_path = write_chats(out / "data" / "test.jsonl", test_rows)
 
-        print(f"tempering recipe twenty-questions: SFT, {self.sft_steps} steps -> {out / 'sft'}", flush=True)
-        model = fresh_model(self.base_model, self.lora_rank, seed=self.seed, renderer_name=self.renderer_name)
-        sft = await sft_stage(
-            out / "sft",
-            service=service,
-            model=model,
+        async def make_task(sft: TrainResult) -> tuple[RLDatasetBuilder, Evaluate]:
+            task = TwentyQuestionsTask(
+                base_model=self.base_model,
+                renderer_name=self.renderer_name,
+                answerer_path=None if self.answerer_model else sft.final.sampler_path,
+                answerer_model=self.answerer_model,
+                answerer_renderer_name=self.answerer_renderer_name,
+                batch_size=self.rl_batch_size,
+                group_size=self.group_size,
+                eval_samples=self.eval_samples,
+                n_batches=self.rl_steps,
+                max_turns=self.max_turns,
+                turn_cost=self.turn_cost,
+                seed=self.seed,
+                test=False,
+                service=service,
+            )
+            eval_builders = task.eval_builders(await task.answerer())
+
+            async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
+                played = await play(sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919)
+                stats = twenty_questions_stats([t for ts in played for t in ts])
+                return {f"{stage}_{k}": float(v) for k, v in attrs.asdict(stats).items() if k != "games"}
+
+            return task, evaluate
+
+        return await self.sft_then_rl(
+            "twenty-questions",
+            out,
+            service,
             train_path=train_path,
             test_path=test_path,
-            steps=self.sft_steps,
-            batch_size=self.sft_batch_size,
-            learning_rate=self.sft_learning_rate,
-            max_warmup_steps=20,
-            train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
-            seed=self.seed,
-            progress=self.progress,
+            make_task=make_task,
+            extra={"eval_games": len(words) * self.eval_samples},
         )
-        task = TwentyQuestionsTask(
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            answerer_path=None if self.answerer_model else sft.final.sampler_path,
-            answerer_model=self.answerer_model,
-            answerer_renderer_name=self.answerer_renderer_name,
-            batch_size=self.rl_batch_size,
-            group_size=self.group_size,
-            eval_samples=self.eval_samples,
-            n_batches=self.rl_steps,
-            max_turns=self.max_turns,
-            turn_cost=self.turn_cost,
-            seed=self.seed,
-            test=False,
-            service=service,
-        )
-        eval_builders = task.eval_builders(await task.answerer())
-
-        async def evaluate(stage: str, sampler_path: str | None) -> dict[str, float]:
-            sampler = await service.create_sampling_client(model_path=sampler_path)
-            played = await play(sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919)
-            stats = twenty_questions_stats([t for ts in played for t in ts])
-            figures = {f"{stage}_{k}": float(v) for k, v in attrs.asdict(stats).items() if k != "games"}
-            print(
-                f"tempering recipe twenty-questions: after {stage.upper()} {_describe(figures, stage)}",
-                flush=True,
-            )
-            return figures
-
-        before = await evaluate("sft", sft.final.sampler_path)
-        print(f"tempering recipe twenty-questions: RL, {self.rl_steps} steps -> {out / 'rl'}", flush=True)
-        rl = await rl_stage(
-            out / "rl",
-            service=service,
-            task=task,
-            base_model=self.base_model,
-            renderer_name=self.renderer_name,
-            init_state=sft.final.state_path,
-            lora_rank=default_lora_rank(self.base_model, self.lora_rank),
-            steps=self.rl_steps,
-            learning_rate=self.rl_learning_rate,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-            eval_every=0,
-            progress=self.progress,
-        )
-        after = await evaluate("rl", rl.final.sampler_path)
-        close_service(service)
-        figures = {**before, **after, "wall_seconds": time.monotonic() - t_start}
-        extra = {
-            "eval_games": len(words) * self.eval_samples,
-            "sft_checkpoint": sft.final.sampler_path,
-            "rl_checkpoint": rl.final.sampler_path,
-        }
-        return finish(RecipeResult("twenty-questions", out, figures, extra), config=self)
