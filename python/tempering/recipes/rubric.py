@@ -167,6 +167,8 @@ class RubricRecipe(AgentRecipe):
     judge_sft_steps: int = 100
     """SFT steps of the judge; 0: use ``judge_model``'s base weights as the judge."""
     judge_timeout_s: float = 60.0
+    judge_max_tokens: int = 16
+    """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
     sft_batch_size: int = 32
     sft_learning_rate: float = 2e-3
     max_tokens: int = 12
@@ -175,7 +177,7 @@ class RubricRecipe(AgentRecipe):
     eval_samples: int = 1
 
     def __attrs_post_init__(self) -> None:
-        self.check_positive("judge_examples", "eval_questions", "eval_samples")
+        self.check_positive("judge_examples", "judge_max_tokens", "eval_questions", "eval_samples")
         if self.judge_sft_steps < 0:
             raise ValueError(f"RubricRecipe: judge_sft_steps must be >= 0, got {self.judge_sft_steps}")
 
@@ -225,6 +227,7 @@ class RubricRecipe(AgentRecipe):
                 judge_model=judge_model,
                 judge_renderer_name=self.judge_renderer_name,
                 judge_timeout_s=self.judge_timeout_s,
+                judge_max_tokens=self.judge_max_tokens,
                 batch_size=self.rl_batch_size,
                 group_size=self.group_size,
                 eval_samples=self.eval_samples,
