@@ -165,7 +165,8 @@ class RubricRecipe(AgentRecipe):
     judge_renderer_name: str | None = None
     judge_examples: int = 2000
     judge_sft_steps: int = 100
-    """SFT steps of the judge; 0: use ``judge_model``'s base weights as the judge."""
+    """SFT steps of the judge (batches of ``sft_batch_size``, learning rate 2e-3); 0: use
+    ``judge_model``'s base weights as the judge."""
     judge_timeout_s: float = 60.0
     judge_max_tokens: int = 16
     """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
@@ -212,7 +213,7 @@ class RubricRecipe(AgentRecipe):
                 train_path=judge_train,
                 test_path=judge_test,
                 steps=self.judge_sft_steps,
-                batch_size=32,
+                batch_size=min(self.sft_batch_size, self.judge_examples),
                 learning_rate=2e-3,
                 seed=self.seed,
                 progress=self.progress,
