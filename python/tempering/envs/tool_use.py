@@ -18,8 +18,9 @@ which is how the env gets to the model: it also declares the tools with
 Metrics of each step (counts of that step): ``tools/calls``, ``tools/errors``,
 ``tools/timeouts``, ``tools/truncated``, ``tools/unparsed``, and per tool
 ``tools/<name>/calls|errors|timeouts|budget_stops`` (errors: every status but ``ok``); on the
-last step ``tool_use/answered``, ``tool_use/correct``, ``tool_use/turns``, ``tool_use/tool_calls``
-and ``tool_use/budget_stop/<turns|tool_calls|tokens>``.
+last step ``tool_use/answered``, ``tool_use/correct`` (also as ``correct``, which the RL loop
+logs as ``env/correct``), ``tool_use/turns``, ``tool_use/tool_calls`` and
+``tool_use/budget_stop/<turns|tool_calls|tokens>``.
 
 Example::
 
@@ -151,6 +152,7 @@ class ToolEnv:
         metrics |= {
             "tool_use/answered": int(answered),
             "tool_use/correct": correct,
+            "correct": correct,
             "tool_use/turns": self.turns,
             "tool_use/tool_calls": self.tool_calls,
         }
@@ -239,7 +241,7 @@ class ToolEnvAdapter(MessageEnvAdapter):
         if result.episode_done and not self.tool_env.done:
             # ended by the adapter (a reply that did not parse, a context overflow)
             self.tool_env.done = True
-            metrics = {**result.metrics, "tool_use/answered": 0, "tool_use/correct": 0.0}
+            metrics = {**result.metrics, "tool_use/answered": 0, "tool_use/correct": 0.0, "correct": 0.0}
             metrics |= {
                 "tool_use/turns": self.tool_env.turns + 1,
                 "tool_use/tool_calls": self.tool_env.tool_calls,
