@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "tempering.assets",
                 "tempering.grading",
                 "tempering.model_info",
+                "tempering.tools",
             }
         ),
     ),
@@ -58,6 +59,7 @@ ENVS_MAY_IMPORT = frozenset(
         "tempering.data",
         "tempering.grading",
         "tempering.model_info",
+        "tempering.tools",
         "tempering.backend",
         "tempering_protocols",
         "tempering._core",

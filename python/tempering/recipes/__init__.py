@@ -42,6 +42,15 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.trajectory_sft:TrajectorySFTRecipe",
         "logged RL trajectories back into SFT data (rejection sampling / learning histories)",
     ),
+    "tool-use": (
+        "tempering.recipes.tool_use:ToolUseRecipe",
+        "multi-turn RL with tools: a calculator and BM25 search over a shipped corpus",
+    ),
+    "rubric": ("tempering.recipes.rubric:RubricRecipe", "RL against an LLM judge's rubric score"),
+    "twenty-questions": (
+        "tempering.recipes.twenty_questions:TwentyQuestionsRecipe",
+        "multi-agent RL: twenty questions, an LLM answers the policy's yes/no questions",
+    ),
 }
 """Recipe name → (``module:Class`` of its config, one-line description)."""
 
