@@ -6,7 +6,8 @@ runs it; flags may come before or after a subcommand such as ``dataset:arithmeti
 ``--help`` shows the configs' docstrings as plain prose (:mod:`tempering.cli._help`);
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
 ``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
-``tempering tiny-model`` and ``tempering serve`` are plain ``argparse`` commands.
+``tempering tiny-model``, ``tempering serve``, ``tempering export`` and ``tempering checkpoints``
+(:mod:`tempering.cli.weights`) are plain ``argparse`` commands.
 """
 
 from __future__ import annotations
@@ -174,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "releasing its models (a client that exited without close(); default 600, 0: never)",
     )
     srv.set_defaults(func=_serve)
+    from tempering.cli.weights import add_commands
+
+    add_commands(sub)
     args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result
