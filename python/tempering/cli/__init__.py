@@ -6,7 +6,8 @@ runs it; flags may come before or after a subcommand such as ``dataset:arithmeti
 ``--help`` shows the configs' docstrings as plain prose (:mod:`tempering.cli._help`);
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
 ``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
-``tempering tiny-model`` and ``tempering serve`` are plain ``argparse`` commands.
+``tempering tiny-model``, ``tempering serve``, ``tempering export`` and ``tempering checkpoints``
+(:mod:`tempering.cli.weights`) are plain ``argparse`` commands.
 ``TEMPERING_DOCS_TEST=1`` caps every parsed config's budgets (steps, batch and eval sizes) for the
 test that runs the docs' commands (:mod:`tempering.cli._budgets`).
 """
@@ -224,6 +225,9 @@ def _main(args_list: list[str]) -> int:
         "releasing its models (a client that exited without close(); default 600, 0: never)",
     )
     srv.set_defaults(func=_serve)
+    from tempering.cli.weights import add_commands
+
+    add_commands(sub)
     args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result

@@ -272,13 +272,25 @@ class CheckpointStore:
         """Read the checkpoint at ``path``; optimizer state only when asked and present."""
         directory = self.resolve(path)
         meta = self.read_meta(path)
-        weights = load_file(str(directory / "weights.safetensors"))
+        weights = _read_tensors(directory / "weights.safetensors", path)
         optimizer = None
         if with_optimizer:
             if not meta.has_optimizer:
                 raise IncompatibleCheckpointError(f"{path!r} holds no optimizer state")
-            optimizer = load_file(str(directory / "optimizer.safetensors"))
+            optimizer = _read_tensors(directory / "optimizer.safetensors", path)
         return LoadedCheckpoint(path=path, meta=meta, weights=weights, optimizer=optimizer)
+
+
+def _read_tensors(file: Path, path: str) -> dict[str, torch.Tensor]:
+    """A safetensors file of a checkpoint; a missing, truncated or corrupt one is named."""
+    if not file.is_file():
+        raise IncompatibleCheckpointError(f"{path!r}: {file.name} is missing ({file})")
+    try:
+        return load_file(str(file))
+    except Exception as exc:  # safetensors raises its own error type (and OSError)
+        raise IncompatibleCheckpointError(
+            f"{path!r}: {file} is truncated or corrupt ({exc}); the checkpoint cannot be read"
+        ) from exc
 
 
 def _contiguous_cpu(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -93,6 +93,11 @@ class LocalTrainingClient:
         self._max_length = int(getattr(config, "max_position_embeddings", 0) or 1 << 20)
         self._arch = str(config.model_type)
 
+    @property
+    def checkpoint_store(self) -> CheckpointStore:
+        """The store this client saves checkpoints in (``tempering://`` paths resolve there)."""
+        return self._store
+
     # ---- forward / backward -----------------------------------------------------------------
 
     def forward(

@@ -51,6 +51,7 @@ from tinker import types as ttypes
 from tempering.backend import ModelConfig, ServiceClient, service_client
 from tempering.training.loggers import MetricSink, make_sinks
 from tempering.training.progress import ProgressBar
+from tempering.training.retention import checkpoint_remover, prune_run
 from tempering.training.rundir import CheckpointRecord, IfExists, RunDir, config_to_json
 from tempering_protocols import Future, SamplingClient, TrainingClient
 
@@ -88,6 +89,11 @@ class TrainResult:
     metrics: list[dict[str, Any]]
 
 
+def _check_keep_last(value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"--run.keep-last must be >= 1 (a resume needs the newest checkpoint), got {value}")
+
+
 @attrs.frozen(kw_only=True)
 class RunConfig:
     """Where a run writes and how often it checkpoints and evaluates.
@@ -111,6 +117,10 @@ class RunConfig:
     progress: bool = True
     save_sampler_weights: bool | None = None
     """Periodic checkpoints also save sampler weights; ``None``: the trainer's default (RL on)."""
+    keep_last: int | None = attrs.field(default=None, validator=lambda _i, _a, v: _check_keep_last(v))
+    """Keep only the newest ``keep_last`` periodic checkpoints (deleting the older ones' files
+    and index entries after each save); the final checkpoint and the newest one, which a resume
+    starts from, are always kept. ``None`` (the default): keep every checkpoint."""
 
 
 def _kill_point(point: str, step: int) -> None:
@@ -292,6 +302,8 @@ class TrainingLoop:
             _kill_point("before_index", step)
             self.run_dir.add_checkpoint(record)
             _kill_point("after_index", step)
+            if self.run.keep_last is not None:
+                prune_run(self.run_dir, self.run.keep_last, remove=checkpoint_remover(self.client))
         return line
 
     async def finish(self) -> CheckpointRecord:

@@ -379,6 +379,10 @@ class RunDir:
         """Add ``record`` to the index (the whole index is rewritten atomically)."""
         records = [r for r in self.checkpoints() if r.name != record.name]
         records.append(record)
+        self.replace_checkpoints(records)
+
+    def replace_checkpoints(self, records: list[CheckpointRecord]) -> None:
+        """Rewrite the index to hold exactly ``records`` (atomically; used by pruning)."""
         _write_atomic(self.index_path, "".join(json.dumps(r.to_json()) + "\n" for r in records))
 
     # ---- run state -----------------------------------------------------------------------------
