@@ -58,7 +58,7 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 import numpy as np
@@ -98,6 +98,9 @@ from tempering_protocols import (
     SamplingClient,
     TrajectoryGroup,
 )
+
+if TYPE_CHECKING:
+    from tempering.rl.ray_executor import RayExecutor
 
 __all__ = [
     "LossName",
@@ -152,6 +155,12 @@ class RLConfig:
     distill_coef: float = 1.0
     env_workers: int = 0
     """0: env work in the event loop; ``n > 0``: in ``n`` worker processes."""
+    ray_workers: int = 0
+    """``n > 0``: env work in ``n`` Ray actors (:class:`~tempering.rl.ray_executor.RayExecutor`;
+    ``pip install 'tempering[ray]'``); overrides ``env_workers``."""
+    ray_address: str | None = None
+    """With ``ray_workers``: the cluster to join (``auto``, ``ray://host:10001``); ``None``
+    starts a local Ray unless one is running."""
     seed: int | None = 0
     """The run's sampling seed: every request's ``SamplingParams.seed`` derives from it and the
     request's place in the run (step, group, member, turn, retry, resample), so a run, and a
@@ -563,8 +572,13 @@ async def _train(
     # On resume, the checkpoint's sampler weights (no extra save); else the current weights.
     sampler = await loop.initial_sampling_client()
     executor: RolloutExecutor
-    pool: ProcessPoolExecutor | None = None
-    if config.env_workers > 0:
+    pool: ProcessPoolExecutor | RayExecutor | None = None
+    if config.ray_workers > 0:
+        from tempering.rl.ray_executor import RayExecutor
+
+        pool = RayExecutor(config.ray_workers, address=config.ray_address)
+        executor = pool
+    elif config.env_workers > 0:
         pool = ProcessPoolExecutor(config.env_workers)
         executor = pool
     else:
