@@ -26,8 +26,8 @@ from tempering.recipes._common import (
     default_lora_rank,
     finish,
     fresh_model,
-    sft_stage,
 )
+from tempering.recipes.stages import SFTStage, sft_stage_at
 from tempering.renderers import BaseRenderer, get_renderer
 from tempering_protocols import (
     EnvGroupBuilder,
@@ -205,7 +205,7 @@ class AgentRecipe:
         from ``t_start``, default now)."""
         t_start = time.monotonic() if t_start is None else t_start
         print(f"tempering recipe {name}: SFT, {self.sft_steps} steps -> {out / 'sft'}", flush=True)
-        sft = await sft_stage(
+        sft = await sft_stage_at(
             out / "sft",
             service=service,
             model=fresh_model(
@@ -213,11 +213,13 @@ class AgentRecipe:
             ),
             train_path=train_path,
             test_path=test_path,
-            steps=self.sft_steps,
-            batch_size=self.sft_batch_size,
-            learning_rate=self.sft_learning_rate,
-            max_warmup_steps=20,
-            train_on_what=train_on_what,
+            stage=SFTStage(
+                self.sft_steps,
+                self.sft_batch_size,
+                self.sft_learning_rate,
+                max_warmup_steps=20,
+                train_on_what=train_on_what,
+            ),
             seed=self.seed,
             progress=self.progress,
         )

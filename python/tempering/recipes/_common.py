@@ -142,24 +142,40 @@ def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
 
 
 def fresh_model(
-    config: RecipeConfig, *, seed: int | None = None, base_model: str | None = None
+    config: RecipeConfig | str,
+    lora_rank: int | None = None,
+    *,
+    seed: int | None = None,
+    base_model: str | None = None,
+    renderer_name: str | None = None,
 ) -> ModelConfig:
     """The ``ModelConfig`` of a stage that starts from a recipe's ``base_model`` itself (or
     ``base_model``), with the recipe's ``renderer_name``, its ``seed`` (or ``seed``) and its
     ``lora_rank`` resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
+    ``config`` may also be a base model's name, with ``lora_rank``, ``seed`` and ``renderer_name``
+    given here (for recipes whose config is not a :class:`RecipeConfig`).
 
     Example::
 
         model = fresh_model(ChatSFTRecipe())    # tempering/tiny, lora_rank 0, seed 0
+        model = fresh_model("tempering/tiny", None, seed=1, renderer_name="chatml")
     """
     from tempering.backend import ModelConfig
 
+    if isinstance(config, str):
+        base = config if base_model is None else base_model
+        return ModelConfig(
+            base_model=base,
+            lora_rank=default_lora_rank(base, lora_rank),
+            seed=0 if seed is None else seed,
+            renderer_name=renderer_name,
+        )
     base = config.base_model if base_model is None else base_model
     return ModelConfig(
         base_model=base,
-        lora_rank=default_lora_rank(base, config.lora_rank),
+        lora_rank=default_lora_rank(base, config.lora_rank if lora_rank is None else lora_rank),
         seed=config.seed if seed is None else seed,
-        renderer_name=config.renderer_name,
+        renderer_name=config.renderer_name if renderer_name is None else renderer_name,
     )
 
 

@@ -39,8 +39,8 @@ from tempering.recipes._common import (
     fresh_model,
     prepare_run_dir,
     recipe_service,
-    sft_stage,
 )
+from tempering.recipes.stages import SFTStage, sft_stage_at
 from tempering_protocols import Message, RLDataset, RLDatasetBuilder, SamplingClient, TrainOnWhat, Trajectory
 
 __all__ = ["RUBRIC", "RubricRecipe", "RubricTask", "judge_examples", "load_questions"]
@@ -204,7 +204,7 @@ class RubricRecipe(AgentRecipe):
                 f"tempering recipe rubric: judge SFT, {self.judge_sft_steps} steps -> {out / 'judge'}",
                 flush=True,
             )
-            judge_sft = await sft_stage(
+            judge_sft = await sft_stage_at(
                 out / "judge",
                 service=service,
                 model=fresh_model(
@@ -212,9 +212,7 @@ class RubricRecipe(AgentRecipe):
                 ),
                 train_path=judge_train,
                 test_path=judge_test,
-                steps=self.judge_sft_steps,
-                batch_size=min(self.sft_batch_size, self.judge_examples),
-                learning_rate=2e-3,
+                stage=SFTStage(self.judge_sft_steps, min(self.sft_batch_size, self.judge_examples), 2e-3),
                 seed=self.seed,
                 progress=self.progress,
             )

@@ -344,3 +344,36 @@ def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:
         if isinstance(value, int | float):
             return float(value)
     raise KeyError(f"no metrics line has {key!r}")
+
+
+async def sft_stage_at(
+    run_dir: Path,
+    *,
+    service: ServiceClient,
+    model: ModelConfig,
+    train_path: str | Path,
+    test_path: str | Path | None = None,
+    stage: SFTStage,
+    seed: int,
+    progress: bool = True,
+    sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
+) -> TrainResult:
+    """:func:`sft_stage` logged to ``run_dir`` itself, for recipes that own their run
+    directory and service without a :class:`RecipeSession` (its parent is the session's dir).
+
+    Example::
+
+        sft = await sft_stage_at(out / "sft", service=service, model=model, train_path=path,
+                                 stage=SFTStage(40, 8, 2e-3), seed=0)
+    """
+    session = RecipeSession(run_dir.name, run_dir.parent, service, None, progress)
+    return await sft_stage(
+        session,
+        run_dir.name,
+        stage,
+        model=model,
+        train_path=train_path,
+        test_path=test_path,
+        seed=seed,
+        sampling_evaluators=sampling_evaluators,
+    )
