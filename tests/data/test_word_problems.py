@@ -7,10 +7,10 @@ import re
 from tempering.data.hub import load_math_problems
 
 _OPS = {
-    r"(\d+) \w+ and buys (\d+) more": lambda a, b: a + b,
-    r"had (\d+) \w+ and gave away (\d+)": lambda a, b: a - b,
-    r"has (\d+) boxes with (\d+) \w+ in each": lambda a, b: a * b,
-    r"shares (\d+) \w+ equally among (\d+) friends": lambda a, b: a // b,
+    r"has (\d+) \w+ and gets (\d+) more": lambda a, b: a + b,
+    r"has (\d+) \w+ and gives away (\d+)": lambda a, b: a - b,
+    r"has (\d+) bags of (\d+) \w+": lambda a, b: a * b,
+    r"shares (\d+) \w+ among (\d+) friends": lambda a, b: a // b,
 }
 
 

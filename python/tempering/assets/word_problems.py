@@ -3,7 +3,7 @@
 Each row is ``{"question": ..., "answer": ...}`` like ``openai/gsm8k``: the answer is a worked
 solution with a calculator annotation and a final ``#### n`` line::
 
-    {"question": "Mia has 7 pens and buys 5 more. How many pens does Mia have now?",
+    {"question": "Mia has 7 pens and gets 5 more. How many now?",
      "answer": "7 + 5 = <<7+5=12>>12\\n#### 12"}
 
 One step each (add, take away, groups of, share equally), small numbers, so that a tiny model
@@ -31,26 +31,17 @@ def word_problem(rng: random.Random) -> dict[str, object]:
     kind = rng.randrange(4)
     if kind == 0:
         a, b = rng.randint(2, 20), rng.randint(2, 20)
-        return _row(
-            f"{name} has {a} {item} and buys {b} more. How many {item} does {name} have now?",
-            a,
-            "+",
-            b,
-            a + b,
-        )
+        return _row(f"{name} has {a} {item} and gets {b} more. How many now?", a, "+", b, a + b)
     if kind == 1:
         a = rng.randint(5, 30)
         b = rng.randint(1, a - 1)
-        return _row(f"{name} had {a} {item} and gave away {b}. How many {item} are left?", a, "-", b, a - b)
+        return _row(f"{name} has {a} {item} and gives away {b}. How many are left?", a, "-", b, a - b)
     if kind == 2:
         a, b = rng.randint(2, 9), rng.randint(2, 9)
-        return _row(
-            f"{name} has {a} boxes with {b} {item} in each. How many {item} is that?", a, "*", b, a * b
-        )
+        return _row(f"{name} has {a} bags of {b} {item}. How many {item} in all?", a, "*", b, a * b)
     b, share = rng.randint(2, 9), rng.randint(2, 9)
-    a = b * share
     return _row(
-        f"{name} shares {a} {item} equally among {b} friends. How many does each get?", a, "/", b, share
+        f"{name} shares {b * share} {item} among {b} friends. How many each?", b * share, "/", b, share
     )
 
 

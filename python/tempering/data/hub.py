@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Literal, TypeAlias, cast
@@ -52,6 +53,7 @@ __all__ = [
     "AnswerStyle",
     "MathDatasetSpec",
     "MathProblem",
+    "boxed_solution",
     "hub_rows",
     "is_local",
     "load_math_problems",
@@ -113,11 +115,30 @@ MATH_DATASETS: Mapping[str, MathDatasetSpec] = {
 @attrs.frozen
 class MathProblem:
     """One question and its reference answer; ``origin`` says where it was read
-    (``"openai/gsm8k [test]: row 3"``)."""
+    (``"gsm8k (openai/gsm8k [test]): row 3"``); ``solution`` is the worked solution the answer
+    was read from (GSM8K's ``answer``, MATH's ``solution``), else None."""
 
     question: str
     answer: str
     origin: str
+    solution: str | None = None
+
+
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+_FINAL_LINE = re.compile(r"\n?####\s*(.+?)\s*$")
+
+
+def boxed_solution(solution: str) -> str:
+    """A worked solution as a model should write it: GSM8K's calculator annotations
+    (``<<3*4=12>>``) removed and its final ``#### n`` line written ``\\boxed{n}``; a solution
+    that already boxes its answer is returned without the annotations.
+
+    Example::
+
+        boxed_solution("3 * 4 = <<3*4=12>>12\\n#### 12")   # "3 * 4 = 12\\n\\boxed{12}"
+    """
+    text = _CALCULATOR.sub("", solution)
+    return _FINAL_LINE.sub(lambda m: "\n\\boxed{" + m[1].replace(",", "") + "}", text).strip()
 
 
 def is_local(source: str | os.PathLike[str]) -> bool:
@@ -259,7 +280,8 @@ def load_math_problems(
         question = _field(row, spec.question_field, label, number)
         raw = _field(row, spec.answer_field, label, number)
         answer = _reference(raw, spec.answer_style, spec.answer_field, label, number)
-        out.append(MathProblem(question, answer, f"{label}: row {number}"))
+        solution = raw if spec.answer_style != "plain" else None
+        out.append(MathProblem(question, answer, f"{label}: row {number}", solution))
         if limit is not None and len(out) >= limit:
             break
     if not out:

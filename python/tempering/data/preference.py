@@ -11,15 +11,21 @@ from tempering.data._parse import parse_comparison_row
 from tempering.data._rows import BadRows, Format, parse_rows
 from tempering.data.batches import BatchedDataset
 from tempering.data.chat import Loaded
+from tempering.data.hf_source import Columns, is_hf, parse_hf_rows
 from tempering_protocols import LabeledComparison
 
 __all__ = ["ComparisonDatasetBuilder", "load_comparisons"]
 
 
 def load_comparisons(
-    path: str | os.PathLike[str], *, format: Format | None = None, skip_bad_rows: bool = False
+    path: str | os.PathLike[str],
+    *,
+    format: Format | None = None,
+    skip_bad_rows: bool = False,
+    columns: Columns = None,
 ) -> Loaded[LabeledComparison]:
-    """Every labeled comparison of a file, in memory.
+    """Every labeled comparison of a file, or of an ``hf:NAME[:split]`` dataset with its column
+    mapping ``columns`` (:mod:`tempering.data.hf_source`), in memory.
 
     Rows are ``{"prompt_conversation", "completion_A", "completion_B", "label"}`` or
     ``{"prompt", "chosen", "rejected"}`` (see :func:`~tempering.data.parse_comparison_row`).
@@ -31,7 +37,9 @@ def load_comparisons(
     """
     bad = BadRows()
     rows = list(
-        parse_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad)
+        parse_hf_rows(path, parse_comparison_row, columns=columns, skip_bad_rows=skip_bad_rows, bad_rows=bad)
+        if is_hf(path)
+        else parse_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad)
     )
     bad.report(os.fspath(path))
     return Loaded(
@@ -65,11 +73,15 @@ class ComparisonDatasetBuilder:
     seed: int = 0
     format: Format | None = None
     skip_bad_rows: bool = False
+    columns: str | None = None
+    """An ``hf:`` path's column mapping (``"chosen=good,rejected=bad"``), for both paths."""
 
     def __call__(
         self,
     ) -> tuple[BatchedDataset[LabeledComparison], BatchedDataset[LabeledComparison] | None]:
-        data = load_comparisons(self.path, format=self.format, skip_bad_rows=self.skip_bad_rows)
+        data = load_comparisons(
+            self.path, format=self.format, skip_bad_rows=self.skip_bad_rows, columns=self.columns
+        )
         if not 0 <= self.test_size < len(data):
             raise ValueError(
                 f"{self.path}: test_size={self.test_size} but the file has {len(data)} comparisons"
@@ -80,7 +92,7 @@ class ComparisonDatasetBuilder:
         test_items = [data.items[i] for i in held]
         if self.test_path is not None:
             test_items += load_comparisons(
-                self.test_path, format=self.format, skip_bad_rows=self.skip_bad_rows
+                self.test_path, format=self.format, skip_bad_rows=self.skip_bad_rows, columns=self.columns
             ).items
         train = BatchedDataset([data.items[i] for i in keep], self.batch_size, seed=self.seed)
         test = (
