@@ -31,11 +31,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 import tinker
 
 from tempering.backend import load_tokenizer
 from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
+from tempering.envs.problem import batch_picks
 from tempering.grading import ExtractStyle, MathGrader, extract_answer
 from tempering.model_info import resolve_renderer_name
 from tempering.renderers import get_renderer
@@ -186,11 +186,7 @@ class MathDataset:
         return max(1, len(self.problems) // self.batch_size)
 
     def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        n = len(self.problems)
-        per_epoch = max(1, n // self.batch_size)
-        epoch, within = divmod(index, per_epoch)
-        order = np.random.default_rng([self.seed, epoch]).permutation(n)
-        picks = [int(order[(within * self.batch_size + i) % n]) for i in range(self.batch_size)]
+        picks = batch_picks(len(self.problems), self.batch_size, self.seed, index)
         return [
             MathGroupBuilder(
                 self.problems[i],
