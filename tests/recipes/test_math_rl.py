@@ -19,7 +19,7 @@ from tempering.recipes.math_rl import MathRLRecipe, write_sft_chat
 _TINY = [
     "--sft-steps", "6", "--sft-batch-size", "8", "--rl-steps", "2", "--rl-batch-size", "2",
     "--group-size", "2", "--n-test", "4", "--eval-seeds", "2", "--eval-samples", "2",
-    "--max-tokens", "12", "--no-progress",
+    "--max-tokens", "12", "--n-train", "64", "--no-progress",
 ]  # fmt: skip
 
 
@@ -83,10 +83,11 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     assert summary["config"]["group_size"] == 2
 
     rows = (out / "data" / "train.jsonl").read_text().splitlines()
-    assert len(rows) == 1000
+    assert len(rows) == 64
     assert json.loads(rows[0])["messages"][1]["content"].endswith("}")
     sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in sft] == list(range(6))
     rl = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rl] == [0, 1]
     assert all("env/reward/mean" in x and "env/correct" in x for x in rl)
+    assert all(x["env/grader/timeouts"] == 0.0 for x in rl)  # counted, none here
