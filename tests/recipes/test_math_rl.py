@@ -79,7 +79,8 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
             assert 0.0 <= summary[f"{stage}_{key}"] <= 1.0
         assert len([k for k in summary[stage] if k.startswith("accuracy_seed")]) == 2
     assert summary["n_test"] == 4
-    assert summary["grader"]["grader/calls"] > 0
+    assert summary["grader"]["evaluation"]["grader/calls"] > 0
+    assert summary["grader"]["rl"]["env/grader/timeouts"] == 0.0
     assert summary["config"]["group_size"] == 2
 
     rows = (out / "data" / "train.jsonl").read_text().splitlines()

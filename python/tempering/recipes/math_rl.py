@@ -50,6 +50,7 @@ from tempering_protocols import Renderer, SamplingClient
 
 __all__ = ["MathRLRecipe", "evaluate_math", "write_sft_chat"]
 
+_RL_GRADER_KEYS = ("env/grader/timeouts", "env/grader/errors", "env/grader/no_answer")
 _TRAIN_ASSET = "tempering-assets:word_problems.jsonl"
 _TEST_ASSET = "tempering-assets:word_problems_test.jsonl"
 
@@ -384,7 +385,10 @@ async def _run(config: MathRLRecipe) -> RecipeResult:
         "eval_seeds": seeds,
         "n_test": len(test),
         "sft_steps": sft_steps,
-        "grader": rewards.grader.metrics(),
+        "grader": {
+            "evaluation": rewards.grader.metrics(),
+            "rl": {k: sum(float(m.get(k, 0.0)) for m in rl.metrics) for k in _RL_GRADER_KEYS},
+        },
         "rl_final_sampler": rl.final.sampler_path,
     }
     return finish(RecipeResult("math-rl", out, figures, extra), config=config)
