@@ -17,7 +17,13 @@ from tempering.data import load_chat, load_comparisons
 from tempering.renderers import RENDERERS, get_renderer, render_supervised_batch_sync
 from tempering_protocols import Message, Tokenizer
 
-SIZES = {"arithmetic_chat.jsonl": 400, "arithmetic_chat_test.jsonl": 100, "arithmetic_preferences.jsonl": 300}
+SIZES = {
+    "arithmetic_chat.jsonl": 400,
+    "arithmetic_chat_test.jsonl": 100,
+    "arithmetic_preferences.jsonl": 300,
+    "word_problems.jsonl": 1000,
+    "word_problems_test.jsonl": 200,
+}
 
 
 def test_names_and_paths() -> None:

@@ -10,6 +10,8 @@ can learn them:
 - ``arithmetic_preferences.jsonl`` (300): a question, a short correct answer, and either a
   wrong answer or a rambling one; the correct, concise answer is always preferred. Which
   completion is A is random; ``kind`` says what the rejected one is.
+- ``word_problems.jsonl`` (1000) and ``word_problems_test.jsonl`` (200): arithmetic word
+  problems in GSM8K's format (:mod:`tempering.assets.word_problems`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 import random
 import sys
 from pathlib import Path
+
+from tempering.assets.word_problems import word_problems
 
 __all__ = ["NAMES", "generate"]
 
@@ -134,10 +138,17 @@ def _all() -> dict[str, list[dict[str, object]]]:
         "arithmetic_chat.jsonl": train,
         "arithmetic_chat_test.jsonl": test,
         "arithmetic_preferences.jsonl": _preferences(random.Random(SEED + 1), 300),
+        **dict(zip(WORD_PROBLEM_NAMES, word_problems(SEED + 2, train=1000, test=200), strict=True)),
     }
 
 
-NAMES = ("arithmetic_chat.jsonl", "arithmetic_chat_test.jsonl", "arithmetic_preferences.jsonl")
+WORD_PROBLEM_NAMES = ("word_problems.jsonl", "word_problems_test.jsonl")
+NAMES = (
+    "arithmetic_chat.jsonl",
+    "arithmetic_chat_test.jsonl",
+    "arithmetic_preferences.jsonl",
+    *WORD_PROBLEM_NAMES,
+)
 """The files this script writes."""
 
 

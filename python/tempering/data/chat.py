@@ -23,6 +23,7 @@ from tempering.data._parse import Conversation, parse_chat_row
 from tempering.data._rows import BadRows, Format, infer_format, parse_rows
 from tempering.data.batches import BatchedDataset, MixtureDataset, batched, interleave, shuffle_buffer
 from tempering.data.datums import examples_to_datums
+from tempering.data.hf_source import Columns, is_hf, parse_hf_rows, parse_mapped_chat_row
 from tempering.renderers import get_renderer, render_supervised_batch_sync
 from tempering_protocols import Renderer, SupervisedExample, Tokenizer, TrainOnWhat
 
@@ -71,11 +72,18 @@ def load_rows(
     *,
     format: Format | None = None,
     skip_bad_rows: bool = False,
+    columns: Columns = None,
+    hf_parse: Callable[[object], _T] | None = None,
 ) -> Loaded[_T]:
     """Every row of a file parsed by ``parse``, in memory (bad rows as in ``parse_rows``, then
-    logged once)."""
+    logged once); of an ``hf:`` dataset (:mod:`tempering.data.hf_source`), its rows mapped by
+    ``columns`` and parsed by ``hf_parse`` (default ``parse``)."""
     bad = BadRows()
-    rows = list(parse_rows(path, parse, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad))
+    rows = list(
+        parse_hf_rows(path, hf_parse or parse, columns=columns, skip_bad_rows=skip_bad_rows, bad_rows=bad)
+        if is_hf(path)
+        else parse_rows(path, parse, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad)
+    )
     bad.report(os.fspath(path))
     return Loaded(
         path=os.fspath(path),
@@ -85,10 +93,24 @@ def load_rows(
     )
 
 
+def _chat_rows(
+    path: str | os.PathLike[str], format: Format | None, skip: bool, bad: BadRows | None, columns: Columns
+) -> Iterator[tuple[str, Conversation]]:
+    """A local file's rows (:func:`parse_rows`), or an ``hf:`` dataset's (column-mapped)."""
+    if is_hf(path):
+        return parse_hf_rows(path, parse_mapped_chat_row, columns=columns, skip_bad_rows=skip, bad_rows=bad)
+    return parse_rows(path, parse_chat_row, format=format, skip_bad_rows=skip, bad_rows=bad)
+
+
 def load_chat(
-    path: str | os.PathLike[str], *, format: Format | None = None, skip_bad_rows: bool = False
+    path: str | os.PathLike[str],
+    *,
+    format: Format | None = None,
+    skip_bad_rows: bool = False,
+    columns: Columns = None,
 ) -> Loaded[Conversation]:
-    """Every conversation of a file, in memory.
+    """Every conversation of a file, or of an ``hf:NAME[:split]`` dataset with its column
+    mapping ``columns`` (:mod:`tempering.data.hf_source`), in memory.
 
     ``format`` defaults to the suffix: ``.jsonl`` is read by tempering, ``.json``,
     ``.parquet`` and ``.arrow`` through Hugging Face ``datasets`` (the ``data`` extra).
@@ -98,7 +120,14 @@ def load_chat(
         data = load_chat(tempering.assets.path("arithmetic_chat.jsonl"))
         len(data)  # 400
     """
-    return load_rows(path, parse_chat_row, format=format, skip_bad_rows=skip_bad_rows)
+    return load_rows(
+        path,
+        parse_chat_row,
+        format=format,
+        skip_bad_rows=skip_bad_rows,
+        columns=columns,
+        hf_parse=parse_mapped_chat_row,
+    )
 
 
 def stream_chat(
@@ -107,8 +136,10 @@ def stream_chat(
     format: Format | None = None,
     skip_bad_rows: bool = False,
     bad_rows: BadRows | None = None,
+    columns: Columns = None,
 ) -> Iterator[Conversation]:
-    """The conversations of a file, one at a time (nothing is held in memory).
+    """The conversations of a file or an ``hf:`` dataset (streamed), one at a time (nothing
+    is held in memory).
 
     Skipped rows are counted in ``bad_rows`` when given.
 
@@ -117,9 +148,7 @@ def stream_chat(
         for convo in stream_chat("big.parquet"):
             ...
     """
-    for _, convo in parse_rows(
-        path, parse_chat_row, format=format, skip_bad_rows=skip_bad_rows, bad_rows=bad_rows
-    ):
+    for _, convo in _chat_rows(path, format, skip_bad_rows, bad_rows, columns):
         yield convo
 
 
@@ -152,9 +181,12 @@ class ChatSource:
     path: str = attrs.field(converter=os.fspath)
     weight: float = 1.0
     format: Format | None = None
+    columns: str | None = None
+    """An ``hf:`` path's column mapping (``"prompt=question,completion=answer"``)."""
 
     def __attrs_post_init__(self) -> None:
-        infer_format(self.path, self.format)  # fail early on an unknown suffix
+        if not is_hf(self.path):
+            infer_format(self.path, self.format)  # fail early on an unknown suffix
 
 
 def _split(data: Loaded[Conversation], test_size: int, seed: int) -> tuple[list[int], list[int]]:
@@ -264,7 +296,9 @@ class ChatDatasetBuilder:
             raise ValueError("ChatDatasetBuilder needs at least one source")
 
     def _load(self, source: ChatSource) -> Loaded[Conversation]:
-        return load_chat(source.path, format=source.format, skip_bad_rows=self.skip_bad_rows)
+        return load_chat(
+            source.path, format=source.format, skip_bad_rows=self.skip_bad_rows, columns=source.columns
+        )
 
     def build_conversations(
         self,
@@ -357,7 +391,13 @@ class ChatStream:
     ) -> Iterator[list[Conversation]]:
         """The batches of ``epoch``, from batch ``start`` on; skipped rows go to ``bad_rows``."""
         streams = [
-            stream_chat(s.path, format=s.format, skip_bad_rows=self.skip_bad_rows, bad_rows=bad_rows)
+            stream_chat(
+                s.path,
+                format=s.format,
+                skip_bad_rows=self.skip_bad_rows,
+                bad_rows=bad_rows,
+                columns=s.columns,
+            )
             for s in self.sources
         ]
         mixed = (

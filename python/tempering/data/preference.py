@@ -11,15 +11,21 @@ from tempering.data._parse import parse_comparison_row
 from tempering.data._rows import Format
 from tempering.data.batches import BatchedDataset
 from tempering.data.chat import Loaded, load_rows
+from tempering.data.hf_source import Columns
 from tempering_protocols import LabeledComparison
 
 __all__ = ["ComparisonDatasetBuilder", "load_comparisons"]
 
 
 def load_comparisons(
-    path: str | os.PathLike[str], *, format: Format | None = None, skip_bad_rows: bool = False
+    path: str | os.PathLike[str],
+    *,
+    format: Format | None = None,
+    skip_bad_rows: bool = False,
+    columns: Columns = None,
 ) -> Loaded[LabeledComparison]:
-    """Every labeled comparison of a file, in memory.
+    """Every labeled comparison of a file, or of an ``hf:NAME[:split]`` dataset with its column
+    mapping ``columns`` (:mod:`tempering.data.hf_source`), in memory.
 
     Rows are ``{"prompt_conversation", "completion_A", "completion_B", "label"}`` or
     ``{"prompt", "chosen", "rejected"}`` (see :func:`~tempering.data.parse_comparison_row`).
@@ -29,7 +35,7 @@ def load_comparisons(
         data = load_comparisons(tempering.assets.path("arithmetic_preferences.jsonl"))
         data.items[0].label  # "A" or "B"
     """
-    return load_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows)
+    return load_rows(path, parse_comparison_row, format=format, skip_bad_rows=skip_bad_rows, columns=columns)
 
 
 @attrs.frozen
@@ -55,11 +61,15 @@ class ComparisonDatasetBuilder:
     seed: int = 0
     format: Format | None = None
     skip_bad_rows: bool = False
+    columns: str | None = None
+    """An ``hf:`` path's column mapping (``"chosen=good,rejected=bad"``), for both paths."""
 
     def __call__(
         self,
     ) -> tuple[BatchedDataset[LabeledComparison], BatchedDataset[LabeledComparison] | None]:
-        data = load_comparisons(self.path, format=self.format, skip_bad_rows=self.skip_bad_rows)
+        data = load_comparisons(
+            self.path, format=self.format, skip_bad_rows=self.skip_bad_rows, columns=self.columns
+        )
         if not 0 <= self.test_size < len(data):
             raise ValueError(
                 f"{self.path}: test_size={self.test_size} but the file has {len(data)} comparisons"
@@ -70,7 +80,7 @@ class ComparisonDatasetBuilder:
         test_items = [data.items[i] for i in held]
         if self.test_path is not None:
             test_items += load_comparisons(
-                self.test_path, format=self.format, skip_bad_rows=self.skip_bad_rows
+                self.test_path, format=self.format, skip_bad_rows=self.skip_bad_rows, columns=self.columns
             ).items
         train = BatchedDataset([data.items[i] for i in keep], self.batch_size, seed=self.seed)
         test = (

@@ -42,6 +42,7 @@ __all__ = [
     "ProblemDataset",
     "ProblemEnv",
     "ProblemGroupBuilder",
+    "batch_picks",
     "exact_match",
     "first_number_match",
     "lowercase_fraction",
@@ -163,6 +164,15 @@ class ProblemGroupBuilder(EnvGroupBuilder):
         return [self.tag]
 
 
+def batch_picks(n: int, batch_size: int, seed: int, index: int) -> list[int]:
+    """The item indices of batch ``index`` over ``n`` items: each epoch (``n // batch_size``
+    batches) a permutation seeded by ``(seed, epoch)``, read ``batch_size`` at a time."""
+    per_epoch = max(1, n // batch_size)
+    epoch, within = divmod(index, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    return [int(order[(within * batch_size + i) % n]) for i in range(batch_size)]
+
+
 @attrs.frozen
 class ProblemDataset:
     """``batch_size`` problems per batch, shuffled by ``seed`` (each epoch reshuffled), each a
@@ -191,11 +201,7 @@ class ProblemDataset:
         return max(1, len(self.problems) // self.batch_size)
 
     def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        n = len(self.problems)
-        per_epoch = max(1, n // self.batch_size)
-        epoch, within = divmod(index, per_epoch)
-        order = np.random.default_rng([self.seed, epoch]).permutation(n)
-        picks = [order[(within * self.batch_size + i) % n] for i in range(self.batch_size)]
+        picks = batch_picks(len(self.problems), self.batch_size, self.seed, index)
         return [
             ProblemGroupBuilder(
                 self.problems[int(i)],

@@ -32,6 +32,8 @@ class ComparisonData:
     batch_size: int = 8
     max_length: int | None = attrs.field(default=None, validator=check_max_length)
     seed: int = 0
+    columns: str | None = None
+    """Column mapping of ``hf:NAME[:split]`` paths, e.g. ``chosen=good,rejected=bad``."""
 
     def __call__(
         self,
@@ -42,6 +44,7 @@ class ComparisonData:
             test_path=None if self.test_path is None else resolve_data_path(self.test_path),
             test_size=self.test_size,
             seed=self.seed,
+            columns=self.columns,
         )()
 
 

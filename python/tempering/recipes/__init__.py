@@ -38,6 +38,10 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.distill:OnPolicyDistillRecipe",
         "on-policy distillation from a teacher checkpoint into a student",
     ),
+    "math-rl": (
+        "tempering.recipes.math_rl:MathRLRecipe",
+        "reasoning RL on math word problems, graded answers",
+    ),
     "trajectory-sft": (
         "tempering.recipes.trajectory_sft:TrajectorySFTRecipe",
         "logged RL trajectories back into SFT data (rejection sampling / learning histories)",

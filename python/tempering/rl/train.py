@@ -195,9 +195,10 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
 
     Keys: ``{prefix}/reward/mean`` and ``/std`` (over trajectories), ``{prefix}/<tag>/reward/mean``,
     ``{prefix}/correct`` (mean of the ``correct`` step metric where envs report it),
-    ``{prefix}/turns``, ``{prefix}/end/<reason>``, ``{prefix}/stop/length`` (fraction of turns
-    that hit ``max_tokens``), ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and
-    ``tokens/sampled``.
+    ``{prefix}/grader/<count>`` (``grader/timeouts`` etc. summed over the turns of envs that
+    grade with ``MathGrader``), ``{prefix}/turns``, ``{prefix}/end/<reason>``,
+    ``{prefix}/stop/length`` (fraction of turns that hit ``max_tokens``),
+    ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and ``tokens/sampled``.
     """
     rewards: list[float] = []
     by_tag: defaultdict[str, list[float]] = defaultdict(list)
@@ -205,6 +206,7 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     turns: list[int] = []
     ends: Counter[str] = Counter()
     failures: Counter[str] = Counter()
+    graded: defaultdict[str, float] = defaultdict(float)
     n_turns = n_length = n_tokens = 0
     n_failed_groups = 0
     for r in rollouts:
@@ -225,6 +227,8 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
                 n_length += t.ac.stop_reason == "length"
                 if "correct" in t.metrics:
                     correct.append(float(t.metrics["correct"]))
+                for key in (k for k in t.metrics if k.startswith("grader/")):  # counts: summed
+                    graded[key] += float(t.metrics[key])
     out: dict[str, float] = {
         f"{prefix}/reward/mean": float(np.mean(rewards)) if rewards else math.nan,
         f"{prefix}/reward/std": float(np.std(rewards)) if rewards else math.nan,
@@ -242,6 +246,7 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
         out[f"{prefix}/end/{reason}"] = count / n_ends
     for key, count in failures.items():
         out[key if prefix == "env" else f"{prefix}/{key}"] = float(count)
+    out |= {f"{prefix}/{key}": total for key, total in graded.items()}
     return out
 
 

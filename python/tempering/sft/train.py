@@ -201,16 +201,42 @@ class ChatData:
     )
     """Also given as a string or the Tinker Cookbook's ``TrainOnWhat`` (same values)."""
     seed: int = 0
+    columns: str | None = None
+    """Column mapping of ``hf:NAME[:split]`` paths, e.g. ``prompt=question,completion=answer``
+    (docs/datasets.md)."""
+    streaming: bool = False
+    """Read ``path`` as a stream (``datasets`` ``streaming=True`` for ``hf:``): the trainer
+    renders each batch as it needs it; an epoch is ``stream_batches`` batches."""
+    stream_batches: int = 1000
 
     def __call__(self, model: ModelConfig) -> SupervisedDatasetBuilder:
+        tests = (
+            ()
+            if self.test_path is None
+            else (ChatSource(resolve_data_path(self.test_path), columns=self.columns),)
+        )
+        if self.streaming:
+            from tempering.data.streaming import StreamingChatDatasetBuilder
+
+            return StreamingChatDatasetBuilder(
+                sources=(ChatSource(resolve_data_path(self.path), columns=self.columns),),
+                tokenizer=functools.partial(load_tokenizer, model.base_model),
+                renderer_name=model.renderer(),
+                batch_size=self.batch_size,
+                batches_per_epoch=self.stream_batches,
+                to_datums=functools.partial(examples_to_datums, max_length=self.max_length),
+                train_on_what=self.train_on_what,
+                test_sources=tests,
+                seed=self.seed,
+            )
         return ChatDatasetBuilder(
-            sources=(ChatSource(resolve_data_path(self.path)),),
+            sources=(ChatSource(resolve_data_path(self.path), columns=self.columns),),
             tokenizer=functools.partial(load_tokenizer, model.base_model),
             renderer_name=model.renderer(),
             batch_size=self.batch_size,
             to_datums=functools.partial(examples_to_datums, max_length=self.max_length),
             train_on_what=self.train_on_what,
-            test_sources=() if self.test_path is None else (ChatSource(resolve_data_path(self.test_path)),),
+            test_sources=tests,
             test_size=self.test_size,
             seed=self.seed,
         )

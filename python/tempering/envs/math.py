@@ -1,0 +1,296 @@
+"""Math word problems with a real grader: correctness by :class:`~tempering.grading.MathGrader`
+(answer equivalence, time-limited) plus a format reward for a ``\\boxed{}`` answer.
+
+:class:`MathEnv` asks one question (followed by ``instruction``), parses the sampled reply with
+the renderer and rewards it with
+
+    ``reward = correct_weight * correct + format_weight * (formatted - 1)``
+
+where ``correct`` is 1 when the grader finds the reply's final answer equivalent to the
+reference, and ``formatted`` is 1 when the reply parsed (it ended with the stop sequence) and
+holds a ``\\boxed{...}`` answer: a well-formatted wrong answer costs nothing, an unformatted one
+costs ``format_weight``. A grader timeout or error gives ``correct = 0`` and is counted in the
+step's metrics (``grader/timeouts``, ``grader/errors``); it never fails the rollout.
+
+:class:`MathGroupBuilder` makes ``G`` envs of one problem; :class:`MathDataset` yields ``P``
+builders per batch depending only on ``(seed, index)``; :class:`MathTask` is the
+``RLDatasetBuilder``: a dataset by name (``gsm8k``, ``math``, ``math500``, ``deepmath``,
+``polaris``, ``aime``; :mod:`tempering.data.hub`) from the hub or a local copy.
+
+Example::
+
+    train, test = await MathTask(dataset="gsm8k", source="tempering-assets:word_problems.jsonl",
+                                 test_source="tempering-assets:word_problems_test.jsonl")()
+    train, test = await MathTask(dataset="math", test_dataset="math500",
+                                 base_model="Qwen/Qwen3.5-9B")()        # from the hub
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import tinker
+
+from tempering.backend import load_tokenizer
+from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
+from tempering.envs.problem import batch_picks
+from tempering.grading import ExtractStyle, MathGrader, extract_answer
+from tempering.model_info import resolve_renderer_name
+from tempering.renderers import get_renderer
+from tempering_protocols import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Message,
+    Observation,
+    Renderer,
+    RLDataset,
+    StepResult,
+    StopCondition,
+)
+
+__all__ = ["DEFAULT_INSTRUCTION", "MathDataset", "MathEnv", "MathGroupBuilder", "MathRewards", "MathTask"]
+
+DEFAULT_INSTRUCTION = "Put the final answer in \\boxed{}."
+"""Appended to every question (after a blank line) unless the task says otherwise."""
+
+
+@attrs.frozen
+class MathRewards:
+    """The reward's weights and the grader (shared by every env of a task)."""
+
+    grader: MathGrader = attrs.field(factory=MathGrader)
+    correct_weight: float = 1.0
+    format_weight: float = 0.1
+
+    async def score(self, text: str, parsed: bool, reference: str) -> tuple[float, dict[str, float]]:
+        """``(reward, metrics)`` of one reply; never raises for what the model wrote."""
+        formatted = float(parsed and extract_answer(text, "boxed") is not None)
+        try:
+            result = await self.grader.agrade(text, reference)
+        except Exception:  # a grader failure is a reward of 0, never a crashed rollout
+            metrics = {"grader/correct": 0.0, "grader/no_answer": 0.0, "grader/timeouts": 0.0}
+            metrics["grader/errors"] = 1.0
+        else:
+            metrics = result.metrics()
+        correct = metrics["grader/correct"]
+        reward = self.correct_weight * correct + self.format_weight * (formatted - 1.0)
+        return reward, {**metrics, "correct": correct, "format": formatted}
+
+
+def prompt_messages(question: str, instruction: str | None, system_prompt: str | None) -> list[Message]:
+    """The prompt conversation of one question: an optional system message, then the question
+    with ``instruction`` after a blank line."""
+    convo: list[Message] = []
+    if system_prompt is not None:
+        convo.append({"role": "system", "content": system_prompt})
+    content = question if not instruction else f"{question}\n\n{instruction}"
+    convo.append({"role": "user", "content": content})
+    return convo
+
+
+class MathEnv(Env):
+    """One math question, one graded reply. Single-use.
+
+    Example::
+
+        env = MathEnv(MathProblem("What is 2 + 2?", "4", "here"), renderer, MathRewards())
+        ob, stop = await env.initial_observation()
+        result = await env.step(sampled_tokens)   # result.metrics["correct"], ["format"]
+    """
+
+    def __init__(
+        self,
+        problem: MathProblem,
+        renderer: Renderer,
+        rewards: MathRewards,
+        *,
+        instruction: str | None = DEFAULT_INSTRUCTION,
+        system_prompt: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.renderer = renderer
+        self.rewards = rewards
+        self.instruction = instruction
+        self.system_prompt = system_prompt
+        self._done = False
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        messages = prompt_messages(self.problem.question, self.instruction, self.system_prompt)
+        return self.renderer.build_generation_prompt(messages), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action, /) -> StepResult:
+        if self._done:
+            raise RuntimeError("MathEnv is single-use: the episode is over")
+        self._done = True
+        message, parsed = self.renderer.parse_response(action)
+        reward, metrics = await self.rewards.score(message["content"], parsed, self.problem.answer)
+        return StepResult(
+            reward=reward,
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics=metrics,
+        )
+
+
+@attrs.frozen
+class MathGroupBuilder(EnvGroupBuilder):
+    """``group_size`` envs of one problem (they share the first observation)."""
+
+    problem: MathProblem
+    renderer: Renderer = attrs.field(eq=False)
+    rewards: MathRewards
+    group_size: int = 8
+    instruction: str | None = DEFAULT_INSTRUCTION
+    system_prompt: str | None = None
+    tag: str = "math"
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [
+            MathEnv(
+                self.problem,
+                self.renderer,
+                self.rewards,
+                instruction=self.instruction,
+                system_prompt=self.system_prompt,
+            )
+            for _ in range(self.group_size)
+        ]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+@attrs.frozen
+class MathDataset:
+    """``batch_size`` problems per batch, shuffled by ``seed`` (reshuffled each epoch), each a
+    group of ``group_size`` envs; ``len`` is ``n_batches`` (default: one pass)."""
+
+    problems: Sequence[MathProblem]
+    renderer: Renderer = attrs.field(eq=False)
+    rewards: MathRewards
+    batch_size: int
+    group_size: int
+    seed: int = 0
+    n_batches: int | None = None
+    instruction: str | None = DEFAULT_INSTRUCTION
+    system_prompt: str | None = None
+    tag: str = "math"
+
+    def __len__(self) -> int:
+        if self.n_batches is not None:
+            return self.n_batches
+        return max(1, len(self.problems) // self.batch_size)
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        picks = batch_picks(len(self.problems), self.batch_size, self.seed, index)
+        return [
+            MathGroupBuilder(
+                self.problems[i],
+                self.renderer,
+                self.rewards,
+                group_size=self.group_size,
+                instruction=self.instruction,
+                system_prompt=self.system_prompt,
+                tag=self.tag,
+            )
+            for i in picks
+        ]
+
+
+def _check_dataset(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    del instance
+    if value is not None and value not in MATH_DATASETS:
+        raise ValueError(
+            f"MathTask.{attribute.name}: unknown dataset {value!r}; known: {', '.join(MATH_DATASETS)}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class MathTask:
+    """The math RL task (an ``RLDatasetBuilder``): ``dataset``'s ``split`` (from ``source``: the
+    hub by default, or a local directory or file in its schema) for training, and
+    ``test_dataset``'s ``test_split`` (default: ``dataset``; its test split, if it has one) for
+    the held-out set. Picklable.
+
+    Example::
+
+        MathTask(dataset="gsm8k", limit=1000, batch_size=64, group_size=16)          # hub
+        MathTask(dataset="deepmath", test_dataset="math500", base_model="Qwen/Qwen3.5-9B")
+    """
+
+    dataset: str = attrs.field(default="gsm8k", validator=_check_dataset)
+    """A name in ``tempering.data.hub.MATH_DATASETS``: gsm8k, math, math500, deepmath, polaris, aime."""
+    source: str | None = None
+    """Hub name or local path of the training data (default: the dataset's hub name)."""
+    split: str = "train"
+    limit: int | None = None
+    """Read at most this many training problems."""
+    test_dataset: str | None = attrs.field(default=None, validator=_check_dataset)
+    test_source: str | None = None
+    test_split: str | None = None
+    """Default: the test dataset's ``test`` split; none (no test set) when it has no other split
+    than the training one."""
+    test_limit: int | None = 200
+    base_model: str = "tempering/tiny"
+    renderer_name: str | None = None
+    batch_size: int = 16
+    group_size: int = 8
+    test_group_size: int = 4
+    n_batches: int | None = None
+    seed: int = 0
+    correct_weight: float = 1.0
+    format_weight: float = 0.1
+    instruction: str | None = DEFAULT_INSTRUCTION
+    system_prompt: str | None = None
+    answer_style: ExtractStyle = "auto"
+    """Where the grader reads the reply's answer (``auto``: ``\\boxed``, ``####``, "the answer
+    is", else the last number)."""
+    grader_timeout_s: float = 5.0
+
+    def rewards(self) -> MathRewards:
+        """The task's reward weights and grader."""
+        grader = MathGrader(style=self.answer_style, timeout_s=self.grader_timeout_s)
+        return MathRewards(grader, correct_weight=self.correct_weight, format_weight=self.format_weight)
+
+    def test_problems(self) -> list[MathProblem] | None:
+        """The held-out problems, or None when there is no held-out split."""
+        name = self.test_dataset or self.dataset
+        split: str | None = self.test_split
+        if split is None:
+            spec = MATH_DATASETS[name]
+            if spec.default_split == self.split and name == self.dataset and self.test_source is None:
+                return None
+            split = spec.default_split
+        return load_math_problems(name, source=self.test_source, split=split, limit=self.test_limit)
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        renderer = get_renderer(
+            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
+        )
+        rewards = self.rewards()
+        train = load_math_problems(self.dataset, source=self.source, split=self.split, limit=self.limit)
+        test = self.test_problems()
+
+        def make(
+            items: Sequence[MathProblem], batch: int, group: int, n: int | None, seed: int
+        ) -> MathDataset:
+            return MathDataset(
+                items,
+                renderer,
+                rewards,
+                batch_size=batch,
+                group_size=group,
+                seed=seed,
+                n_batches=n,
+                instruction=self.instruction,
+                system_prompt=self.system_prompt,
+                tag=self.dataset,
+            )
+
+        train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
+        test_ds = None if test is None else make(test, len(test), self.test_group_size, 1, self.seed + 1)
+        return train_ds, test_ds
