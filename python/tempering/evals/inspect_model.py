@@ -55,7 +55,7 @@ from tempering.evals.stats import item_seed
 from tempering.renderers import get_renderer
 from tempering_protocols import Message, Renderer, SamplingClient
 
-__all__ = ["TemperingModelAPI", "request_seed", "to_messages"]
+__all__ = ["TemperingModelAPI", "provider", "request_seed", "to_messages"]
 
 _ROLES = ("system", "user", "assistant", "tool")
 _DEFAULT_MAX_TOKENS = 1024
@@ -85,7 +85,6 @@ def request_seed(seed: int, prompt_tokens: Sequence[int], asked: int) -> int:
     return item_seed(seed, digest, asked)
 
 
-@modelapi(name="tempering")
 class TemperingModelAPI(ModelAPI):
     """The provider (see the module docstring)."""
 
@@ -186,3 +185,7 @@ class TemperingModelAPI(ModelAPI):
 
     async def aclose(self) -> None:
         self.close()
+
+
+provider = modelapi(name="tempering")(TemperingModelAPI)
+"""The registered provider (``@modelapi("tempering")``): it builds :class:`TemperingModelAPI`."""
