@@ -74,7 +74,9 @@ def test_eval_gsm8k_on_the_local_engine(tmp_path: Path, capsys: pytest.CaptureFi
     out = tmp_path / "res" / "eval.json"
     assert main(["eval", "--benchmark", "gsm8k", *ARGS, "--output", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "gsm8k" in printed and "pass@1" in printed and str(out) in printed
+    assert "gsm8k" in printed
+    assert "pass@1" in printed
+    assert str(out) in printed
     local = _check_report(out, "local")
     # flags after the benchmark, and the chat-file NLL in the same run
     out2 = tmp_path / "eval2.json"
@@ -84,8 +86,10 @@ def test_eval_gsm8k_on_the_local_engine(tmp_path: Path, capsys: pytest.CaptureFi
     report = read_report(out2)
     again, nll = report["results"]
     assert again["items"] == local["items"], "the same seed repeats every sample"
-    assert nll["kind"] == "nll" and nll["conversations"] == 4
-    assert nll["metrics"]["nll"] > 0 and nll["metrics"]["bits_per_byte"] > 0
+    assert nll["kind"] == "nll"
+    assert nll["conversations"] == 4
+    assert nll["metrics"]["nll"] > 0
+    assert nll["metrics"]["bits_per_byte"] > 0
 
 
 def test_eval_gsm8k_against_tempering_serve(tmp_path: Path, local_root: Path) -> None:

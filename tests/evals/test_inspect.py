@@ -92,11 +92,14 @@ def test_an_inspect_task_runs_on_the_local_engine(
     assert log.samples is not None
     by_id = {s.id: s for s in log.samples}
     assert by_id["echo"].output.completion == expected
-    assert by_id["echo"].scores is not None and by_id["echo"].scores["includes"].value == "C"
+    assert by_id["echo"].scores is not None
+    assert by_id["echo"].scores["includes"].value == "C"
     other = by_id["other"]
     assert other.output.completion.strip(), "the model's real reply"
-    assert other.scores is not None and other.scores["includes"].value == "I"
-    assert other.output.usage is not None and other.output.usage.output_tokens > 0
+    assert other.scores is not None
+    assert other.scores["includes"].value == "I"
+    assert other.output.usage is not None
+    assert other.output.usage.output_tokens > 0
     assert any((tmp_path / "logs").iterdir()), "inspect wrote its log where it was told"
 
 

@@ -34,7 +34,8 @@ def test_sft_runs_the_suite_before_every_eval_every_steps_and_after(
         evals=SUITE,
     )
     metrics = asyncio.run(config(service)).metrics
-    assert "initial/gsm8k/pass@1" in metrics[0] and "initial/nll/bits_per_byte" in metrics[0]
+    assert "initial/gsm8k/pass@1" in metrics[0]
+    assert "initial/nll/bits_per_byte" in metrics[0]
     assert [("gsm8k/pass@1" in m, "nll/nll" in m) for m in metrics] == [
         (False, False),
         (True, True),
