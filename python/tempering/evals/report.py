@@ -67,25 +67,23 @@ def print_table(results: Sequence[Result], *, title: str = "evaluation") -> None
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("benchmark", "items", "samples", "score", "95% CI / detail", "std over samples"):
-        table.add_column(column)
+    for column in ("benchmark", "items", "samples", "metric", "value", "95% CI", "std over samples"):
+        table.add_column(column, overflow="fold")
     for r in results:
         if isinstance(r, BenchmarkResult):
-            table.add_row(
+            spread = f"{r.std_over_samples:.4f}" if r.num_samples > 1 else "-"
+            ci = f"[{r.ci_low:.4f}, {r.ci_high:.4f}]"
+            row = (
                 r.benchmark,
                 str(r.n_items),
                 str(r.num_samples),
-                f"pass@1 {r.pass_at_1:.4f}",
-                f"[{r.ci_low:.4f}, {r.ci_high:.4f}]",
-                f"{r.std_over_samples:.4f}" if r.num_samples > 1 else "-",
+                "pass@1",
+                f"{r.pass_at_1:.4f}",
+                ci,
+                spread,
             )
+            table.add_row(*row)
         else:
-            table.add_row(
-                r.name,
-                str(r.conversations),
-                "-",
-                f"nll {r.nll:.4f}",
-                f"bits/byte {r.bits_per_byte:.4f} ({r.tokens} tokens, {r.bytes} bytes)",
-                "-",
-            )
+            table.add_row(r.name, str(r.conversations), "-", "nll (nats/token)", f"{r.nll:.4f}", "-", "-")
+            table.add_row("", "", "", "bits/byte", f"{r.bits_per_byte:.4f}", "-", "-")
     Console().print(table)
