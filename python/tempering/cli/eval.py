@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import attrs
+import tyro
 
 from tempering.evals.benchmarks import UnknownBenchmarkError
 from tempering.evals.clients import ModelSource
@@ -24,63 +25,26 @@ __all__ = ["EvalCommandConfig", "run_eval"]
 
 
 @attrs.frozen(kw_only=True)
-class EvalCommandConfig:
+class EvalCommandConfig(EvalSuite, ModelSource):
     """Evaluate a model on benchmarks: answer-graded math (``gsm8k``, ``math500``, ``aime24``,
     ``aime25``: pass@1 over ``num_samples`` seeded samples per item, with a 95% Wilson interval)
     and ``nll`` (NLL per token and bits per byte of a chat file). The model runs on the local
     engine, on a ``tempering serve`` (``base_url``) or on the hosted service (``TINKER_API_KEY``).
-    Results go to ``output`` (JSON) and print as a table.
+    Results go to ``output`` (JSON) and print as a table. The suite's fields are
+    :class:`~tempering.evals.suite.EvalSuite`'s, the model's
+    :class:`~tempering.evals.clients.ModelSource`'s.
     """
 
-    benchmark: tuple[str, ...] = ("gsm8k",)
-    """Benchmarks to run (see ``--list``)."""
-    data: tuple[str, ...] = ()
-    """Local data instead of the hub: PATH (one benchmark) or NAME=PATH entries; a .jsonl/.json/
-    .parquet file in the benchmark's schema, or tempering-assets:NAME."""
-    limit: int | None = None
-    """Evaluate the first LIMIT items of each benchmark."""
-    num_samples: int = 1
-    """Samples per item (each with its own seed)."""
-    temperature: float = 0.6
-    max_tokens: int = 1024
-    seed: int = 0
-    """The evaluation's seed; each item's and sample's seed derives from it."""
-    grader_timeout_s: float = 5.0
-    system_prompt: str | None = None
-    base_model: str = "tempering/tiny"
-    """Base model: tempering/tiny, a local model directory, or a hosted model name."""
-    model_path: str | None = None
-    """Saved sampler weights to evaluate (tempering://... or tinker://...) instead of the base model."""
-    base_url: str | None = None
-    """A tempering serve (or Tinker-compatible) server; default: hosted with TINKER_API_KEY, else local."""
-    api_key: str | None = None
-    """The server's API key (default $TINKER_API_KEY)."""
-    renderer_name: str | None = None
-    """Chat format (default: the one recommended for base_model)."""
+    benchmarks: Annotated[tuple[str, ...], tyro.conf.arg(aliases=("--benchmark",))] = ("gsm8k",)  # pyright: ignore[reportIncompatibleVariableOverride]
+    """Benchmarks to run (tempering eval --list)."""
     output: str = "eval_results.json"
     """Where the JSON results go."""
 
     def suite(self) -> EvalSuite:
-        return EvalSuite(
-            benchmarks=self.benchmark,
-            data=self.data,
-            limit=self.limit,
-            num_samples=self.num_samples,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-            grader_timeout_s=self.grader_timeout_s,
-            system_prompt=self.system_prompt,
-        )
+        return EvalSuite(**{f.name: getattr(self, f.name) for f in attrs.fields(EvalSuite)})
 
     def source(self) -> ModelSource:
-        return ModelSource(
-            base_model=self.base_model,
-            model_path=self.model_path,
-            base_url=self.base_url,
-            api_key=self.api_key,
-            renderer_name=self.renderer_name,
-        )
+        return ModelSource(**{f.name: getattr(self, f.name) for f in attrs.fields(ModelSource)})
 
 
 async def run_eval(config: EvalCommandConfig) -> dict[str, float]:
@@ -119,11 +83,9 @@ def main(argv: list[str], tyro_cli: Any) -> int:
         return 0
     try:
         config: EvalCommandConfig = tyro_cli(EvalCommandConfig, argv, "tempering eval", _HELP)
-        suite = config.suite()
-    except (UnknownBenchmarkError, ValueError) as exc:
+    except (UnknownBenchmarkError, ValueError) as exc:  # the suite checks its names and data entries
         print(f"tempering eval: {exc}", file=sys.stderr)
         return 2
-    del suite
     asyncio.run(run_eval(config))
     return 0
 

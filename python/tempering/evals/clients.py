@@ -43,7 +43,7 @@ def close_service(service: object) -> None:
         close()
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)  # not slotted: it is a mixin of tempering eval's config
 class ModelSource:
     """The model to evaluate and the backend that runs it (see the module docstring).
 
@@ -53,10 +53,15 @@ class ModelSource:
     """
 
     base_model: str = "tempering/tiny"
+    """Base model: tempering/tiny, a local model directory, or a hosted model name."""
     model_path: str | None = None
+    """Saved sampler weights (tempering://... or tinker://...) instead of the base model."""
     base_url: str | None = None
+    """A tempering serve (or Tinker-compatible) server; default: hosted with TINKER_API_KEY, else local."""
     api_key: str | None = None
+    """The server's API key (default $TINKER_API_KEY)."""
     renderer_name: str | None = None
+    """Chat format (default: the one recommended for base_model)."""
 
     def renderer(self) -> str:
         """The renderer name in effect."""

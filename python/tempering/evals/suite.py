@@ -54,14 +54,23 @@ class EvalSuite:
     """
 
     benchmarks: tuple[str, ...] = ()
+    """Benchmarks to run: gsm8k, math500, aime24, aime25, nll."""
     data: tuple[str, ...] = ()
+    """Local data instead of the hub: PATH (one benchmark) or NAME=PATH entries; a .jsonl/.json/
+    .parquet file in the benchmark's schema, or tempering-assets:NAME."""
     limit: int | None = None
+    """Evaluate the first LIMIT items of each benchmark."""
     num_samples: int = 1
+    """Samples per item, each with its own seed."""
     temperature: float = 0.6
     max_tokens: int = 1024
+    """Tokens per reply."""
     seed: int = 0
+    """The evaluation's seed: each item's and sample's seed derives from it."""
     grader_timeout_s: float = 5.0
+    """Time limit of one answer check (a timeout is a wrong answer, and counted)."""
     system_prompt: str | None = None
+    """A system message before each problem."""
 
     def __attrs_post_init__(self) -> None:
         for name in self.benchmarks:
