@@ -6,6 +6,7 @@ runs it; flags may come before or after a subcommand such as ``dataset:arithmeti
 ``--help`` shows the configs' docstrings as plain prose (:mod:`tempering.cli._help`);
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
 ``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
+``tempering eval`` takes its flags from ``tempering.cli.eval.EvalCommandConfig``;
 ``tempering tiny-model``, ``tempering serve``, ``tempering export`` and ``tempering checkpoints``
 (:mod:`tempering.cli.weights`) are plain ``argparse`` commands.
 ``TEMPERING_DOCS_TEST=1`` caps every parsed config's budgets (steps, batch and eval sizes) for the
@@ -198,12 +199,21 @@ def _main(args_list: list[str]) -> int:
         return _demo(args_list[1:])
     if args_list and args_list[0] == "recipe":
         return _recipe(args_list[1:])
+    if args_list and args_list[0] == "eval":
+        from tempering.cli import eval as eval_command
+
+        return eval_command.main(args_list[1:], _tyro_cli)
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in _TRAINERS.items():
         sub.add_parser(name, help=f"{help_text}; see `tempering {name} --help`", add_help=False)
     sub.add_parser("demo", help=f"{_DEMO_HELP}; see `tempering demo --help`", add_help=False)
     sub.add_parser("recipe", help="run a named recipe; `tempering recipe --list` lists them", add_help=False)
+    sub.add_parser(
+        "eval",
+        help="benchmarks (GSM8K, MATH-500, AIME, NLL) on any model; see `tempering eval --help`",
+        add_help=False,
+    )
     tiny = sub.add_parser("tiny-model", help="write the built-in tiny model to a directory")
     tiny.add_argument("directory", help="where to write it (created if needed)")
     tiny.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")

@@ -66,6 +66,7 @@ import numpy.typing as npt
 from tinker import types as ttypes
 
 from tempering.backend import ModelConfig, ServiceClient
+from tempering.evals.suite import EvalSuite
 from tempering.rl.data import (
     Baseline,
     RaggedBatch,
@@ -170,6 +171,9 @@ class RLConfig:
     ``<log_dir>/trajectories/``: Parquet (``rl/step-NNNNNN.parquet``, one row per transition)
     and decoded text (``text/step-NNNNNN.jsonl``, one line per episode); see
     :mod:`tempering.rl.trajectories`."""
+    evals: EvalSuite = attrs.field(factory=EvalSuite)
+    """Benchmarks run on the newest sampler weights with the test set, every ``run.eval_every``
+    steps, e.g. ``--evals.benchmarks gsm8k --evals.limit 50``; docs/evals.md."""
 
     def __attrs_post_init__(self) -> None:
         if self.num_substeps < 1:
@@ -321,6 +325,8 @@ class _Run:
         """The async schedule's producer and queue (rl/schedules.py); idle in the others."""
         self.trajectory_log: TrajectoryLog | None = None
         """The trajectory log's writer (``RLConfig.log_trajectories``)."""
+        self.evaluators = config.evals.build(config.model)
+        """``RLConfig.evals``' evaluators, run with the test set."""
 
     def _policy(self, client: SamplingClient, version: int) -> TinkerTokenCompleter:
         return TinkerTokenCompleter(client, self.config.max_tokens, self.config.temperature, version)
@@ -490,7 +496,7 @@ class _Run:
         if self.trajectory_log is not None:
             log_write = asyncio.ensure_future(asyncio.to_thread(self.trajectory_log.write_step, step, used))
         eval_metrics: dict[str, float] = {}
-        if self.test_ds is not None and self.loop.eval_due(step + 1):
+        if (self.test_ds is not None or self.evaluators) and self.loop.eval_due(step + 1):
             eval_metrics = await self.evaluate(step + 1)
 
         async def finish() -> Mapping[str, float]:
@@ -524,21 +530,24 @@ class _Run:
 
     async def evaluate(self, after: int) -> dict[str, float]:
         """Roll out every batch of the test dataset with the newest weights (those after ``after``
-        steps); ``test/…`` metrics."""
-        assert self.test_ds is not None
+        steps); ``test/…`` metrics, and those of ``RLConfig.evals``."""
         t0 = time.perf_counter()
         rollouts: list[GroupRollout] = []
         seed = self.config.seed
-        for i in range(len(self.test_ds)):
+        test_ds = self.test_ds
+        for i in range(len(test_ds) if test_ds is not None else 0):
+            assert test_ds is not None
             rollouts += await rollout_batch(
-                self.test_ds.get_batch(i),
+                test_ds.get_batch(i),
                 self.policy,
                 self.config.rollout,
                 limits=self.limits,
                 executor=self.executor,
                 seed=None if seed is None else sampling_seed(seed, "test", after, i),
             )
-        out = rollout_metrics(rollouts, prefix="test")
+        out = rollout_metrics(rollouts, prefix="test") if test_ds is not None else {}
+        for evaluator in self.evaluators:
+            out |= await evaluator(self.policy.sampling_client)
         out["time/eval"] = time.perf_counter() - t0
         return out
 

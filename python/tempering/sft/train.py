@@ -27,6 +27,7 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import ModelConfig, ServiceClient, load_tokenizer
 from tempering.data import ChatDatasetBuilder, ChatSource, check_max_length
 from tempering.data.datums import examples_to_datums
+from tempering.evals.suite import EvalSuite
 from tempering.training import (
     AdamConfig,
     LRSchedule,
@@ -262,6 +263,9 @@ class SFTConfig:
     adam: AdamConfig = attrs.field(factory=_sft_adam)
     num_epochs: int = 1
     max_steps: int | None = None
+    evals: EvalSuite = attrs.field(factory=EvalSuite)
+    """Benchmarks run on the sampler weights with the held-out NLL (before the first step, every
+    ``run.eval_every`` steps, after the last), e.g. ``--evals.benchmarks gsm8k``; docs/evals.md."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
         train, test = self.data(self.model)()
@@ -274,5 +278,6 @@ class SFTConfig:
             num_epochs=self.num_epochs,
             max_steps=self.max_steps,
             training_evaluators=[NLLEvaluator(test)] if test is not None else [],
+            sampling_evaluators=self.evals.build(self.model),
             service=service,
         )

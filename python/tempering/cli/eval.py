@@ -1,0 +1,93 @@
+"""``tempering eval``: benchmarks against any sampling client, results to JSON and a table.
+
+Example::
+
+    tempering eval --benchmark gsm8k --data gsm8k_test.jsonl --limit 50 --num-samples 4
+    tempering eval --benchmark gsm8k math500 --model-path tempering://run/sampler_weights/final
+    tempering eval --benchmark nll --data held_out_chat.jsonl --base-url http://127.0.0.1:8000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated, Any
+
+import attrs
+import tyro
+
+from tempering.evals.benchmarks import UnknownBenchmarkError
+from tempering.evals.clients import ModelSource
+from tempering.evals.report import print_table, write_report
+from tempering.evals.suite import EvalSuite, known_benchmarks
+
+__all__ = ["EvalCommandConfig", "run_eval"]
+
+
+@attrs.frozen(kw_only=True)
+class EvalCommandConfig(EvalSuite, ModelSource):
+    """Evaluate a model on benchmarks: answer-graded math (``gsm8k``, ``math500``, ``aime24``,
+    ``aime25``: pass@1 over ``num_samples`` seeded samples per item, with a 95% Wilson interval)
+    and ``nll`` (NLL per token and bits per byte of a chat file). The model runs on the local
+    engine, on a ``tempering serve`` (``base_url``) or on the hosted service (``TINKER_API_KEY``).
+    Results go to ``output`` (JSON) and print as a table. The suite's fields are
+    :class:`~tempering.evals.suite.EvalSuite`'s, the model's
+    :class:`~tempering.evals.clients.ModelSource`'s.
+    """
+
+    benchmarks: Annotated[tuple[str, ...], tyro.conf.arg(aliases=("--benchmark",))] = ("gsm8k",)  # pyright: ignore[reportIncompatibleVariableOverride]
+    """Benchmarks to run (tempering eval --list)."""
+    output: str = "eval_results.json"
+    """Where the JSON results go."""
+
+    def suite(self) -> EvalSuite:
+        return EvalSuite(**{f.name: getattr(self, f.name) for f in attrs.fields(EvalSuite)})
+
+    def source(self) -> ModelSource:
+        return ModelSource(**{f.name: getattr(self, f.name) for f in attrs.fields(ModelSource)})
+
+
+async def run_eval(config: EvalCommandConfig) -> dict[str, float]:
+    """Run ``config``'s benchmarks, write the JSON results and print the table; returns every
+    benchmark's metrics (``<benchmark>/<metric>``)."""
+    from tempering.backend import ModelConfig
+
+    suite = config.suite()
+    source = config.source()
+    evaluators = suite.build(ModelConfig(base_model=source.base_model, renderer_name=source.renderer_name))
+    results: list[Any] = []
+    metrics: dict[str, float] = {}
+    async with source.open() as sampling_client:
+        for evaluator in evaluators:
+            result = await evaluator.run(sampling_client)
+            results.append(result)
+            metrics |= result.metrics()
+    settings = attrs.asdict(suite)
+    model = {
+        "base_model": source.base_model,
+        "model_path": source.model_path,
+        "renderer": source.renderer(),
+        "backend": source.backend(),
+    }
+    path = write_report(config.output, model=model, settings=settings, results=results)
+    print_table(results, title=f"{source.model_path or source.base_model} ({source.backend()})")
+    print(f"results: {path}")
+    return metrics
+
+
+def main(argv: list[str], tyro_cli: Any) -> int:
+    """``tempering eval [flags]`` (``tyro_cli`` builds the config from ``argv``)."""
+    if "--list" in argv:
+        for name in known_benchmarks():
+            print(name)
+        return 0
+    try:
+        config: EvalCommandConfig = tyro_cli(EvalCommandConfig, argv, "tempering eval", _HELP)
+    except (UnknownBenchmarkError, ValueError) as exc:  # the suite checks its names and data entries
+        print(f"tempering eval: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(run_eval(config))
+    return 0
+
+
+_HELP = "evaluate a model on benchmarks (GSM8K, MATH-500, AIME, chat-file NLL) (docs/evals.md)"
