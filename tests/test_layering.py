@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "tempering.assets",
                 "tempering.grading",
                 "tempering.model_info",
+                "tempering.tools",
             }
         ),
     ),
@@ -57,6 +58,7 @@ ENVS_MAY_IMPORT = frozenset(
         "tempering.assets",
         "tempering.data",
         "tempering.grading",
+        "tempering.tools",
         "tempering.model_info",
         "tempering.backend",
         "tempering_protocols",

@@ -9,6 +9,7 @@ from tempering_protocols.evaluators import SamplingClientEvaluator, TrainingClie
 from tempering_protocols.policies import MessageCompleter, TokenCompleter
 from tempering_protocols.rendering import Renderer, Tokenizer, decode_text
 from tempering_protocols.rl import MASK_TURN, Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from tempering_protocols.sandbox import Sandbox, SandboxResult, SandboxStatus
 from tempering_protocols.supervised import (
     ComparisonDataset,
     ComparisonDatasetBuilder,
@@ -62,6 +63,9 @@ __all__ = [
     "Renderer",
     "SamplingClient",
     "SamplingClientEvaluator",
+    "Sandbox",
+    "SandboxResult",
+    "SandboxStatus",
     "StepResult",
     "StopCondition",
     "StopReason",
