@@ -4,7 +4,8 @@ A problem's tests are Python statements (``"assert add(1, 2) == 3"``). :func:`gr
 writes the program and a small harness into one sandbox run: the harness reads a random nonce
 from stdin, ``exec``s the program, then each test in a copy of the program's namespace, and
 reports each outcome on stdout as a line starting with the nonce, as soon as it is known (so a
-later test that hangs keeps the earlier passes). The program cannot fake a report without the
+later test that hangs keeps the earlier passes). A ``MemoryError`` is not caught, so the
+sandbox reports its memory limit. The program cannot fake a report without the
 nonce; it runs in the same interpreter as the harness, so this is a guard against accidents and
 naive reward hacks, not against a program written to inspect the harness.
 
@@ -40,6 +41,8 @@ try:
     with open("solution.py", encoding="utf-8") as f:
         exec(compile(f.read(), "solution.py", "exec"), namespace)
     loaded = True
+except MemoryError:
+    raise
 except BaseException as e:
     loaded = False
     print(f"the program failed to load: {type(e).__name__}: {e}", file=sys.stderr)
@@ -49,6 +52,8 @@ for i, test in enumerate(tests):
         try:
             exec(compile(test, f"test {i}", "exec"), dict(namespace))
             ok = True
+        except MemoryError:
+            raise
         except BaseException as e:
             print(f"test {i} failed: {test!r}: {type(e).__name__}: {e}", file=sys.stderr)
     sys.stdout.flush()

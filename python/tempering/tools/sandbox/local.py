@@ -41,6 +41,7 @@ import signal
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,9 +119,14 @@ class LocalSandbox:
     """Where the per-run directories are made (default: the system temp directory)."""
     require: tuple[str, ...] = ()
     """Protections that must hold (names from :data:`ISOLATION_STEPS`), else ``sandbox_error``."""
+    max_concurrent: int = 8
+    """Runs at once per event loop (sandboxes with the same value share the bound); the rest wait."""
 
     def __attrs_post_init__(self) -> None:
-        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "max_processes", "max_output_bytes"):
+        for name in (
+            "wall_seconds", "cpu_seconds", "memory_bytes", "max_processes", "max_output_bytes",
+            "max_concurrent",
+        ):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise ValueError(f"LocalSandbox.{name} must be > 0, got {getattr(self, name)}")
         unknown = set(self.require) - set(ISOLATION_STEPS)
@@ -143,6 +149,16 @@ class LocalSandbox:
         timeout: float | None = None,
     ) -> SandboxResult:
         """Run ``command`` in a fresh directory holding ``files``; see the module doc."""
+        async with _slots(self.max_concurrent):
+            return await self._run(command, files, stdin, timeout)
+
+    async def _run(
+        self,
+        command: Sequence[str],
+        files: Mapping[str, str | bytes] | None,
+        stdin: str | None,
+        timeout: float | None,
+    ) -> SandboxResult:
         argv = [str(a) for a in command]
         if not argv:
             raise ValueError("LocalSandbox.run: command is empty; pass e.g. ['python3', 'main.py']")
@@ -253,6 +269,8 @@ class LocalSandbox:
                     f"hit the limit of {self.max_processes} processes and ran out of wall time",
                 )
             return result("timeout", f"ran past the wall-time limit of {wall:g} s; it was killed")
+        if hit_pids:  # a fork was refused, even if the program coped and exited 0
+            return result("process_limit", f"hit the limit of {self.max_processes} processes", code)
         if code is None or code == 0:
             return result("ok", "", code)
         if code < 0:
@@ -269,6 +287,17 @@ class LocalSandbox:
         if forked_out:
             return result("process_limit", f"hit the limit of {self.max_processes} processes", code)
         return result("error", f"exited with code {code}", code)
+
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slots(limit: int) -> asyncio.Semaphore:
+    """The running loop's semaphore for ``limit`` concurrent runs."""
+    per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(limit, asyncio.Semaphore(limit))
 
 
 @attrs.define
