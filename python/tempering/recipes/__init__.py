@@ -38,6 +38,10 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.distill:OnPolicyDistillRecipe",
         "on-policy distillation from a teacher checkpoint into a student",
     ),
+    "code-rl": (
+        "tempering.recipes.code_rl:CodeRLRecipe",
+        "RL on small programming problems, rewarded by unit tests run in a local sandbox",
+    ),
     "trajectory-sft": (
         "tempering.recipes.trajectory_sft:TrajectorySFTRecipe",
         "logged RL trajectories back into SFT data (rejection sampling / learning histories)",
