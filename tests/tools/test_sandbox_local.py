@@ -19,6 +19,7 @@ import pytest
 
 from tempering.tools.sandbox import ISOLATION_STEPS, LocalSandbox, SandboxResult
 from tempering.tools.sandbox._limits import _UID_BASE  # pyright: ignore[reportPrivateUsage]
+from tempering_protocols.testing import check_sandbox
 
 IS_ROOT = os.geteuid() == 0
 SMALL = LocalSandbox(
@@ -267,3 +268,8 @@ def test_the_run_goes_on_after_every_fault() -> None:
     assert memory.status == "memory_limit"
     assert fine.status == "ok"
     assert fine.stdout == "45\n"
+
+
+@pytest.mark.timeout(60)
+def test_passes_the_conformance_kit() -> None:
+    check_sandbox(LocalSandbox(wall_seconds=10))
