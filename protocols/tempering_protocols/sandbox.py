@@ -14,7 +14,7 @@ and ``SandboxFusionSandbox`` (a SandboxFusion server over HTTP). Check one with
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 import attrs
 
@@ -37,18 +37,8 @@ SandboxStatus = Literal[
 cap), ``file_size_limit``: that limit stopped it. ``killed``: another signal ended it.
 ``sandbox_error``: the sandbox itself failed (could not start, server unreachable)."""
 
-SANDBOX_STATUSES: tuple[SandboxStatus, ...] = (
-    "ok",
-    "error",
-    "timeout",
-    "cpu_limit",
-    "memory_limit",
-    "process_limit",
-    "output_limit",
-    "file_size_limit",
-    "killed",
-    "sandbox_error",
-)
+SANDBOX_STATUSES: tuple[SandboxStatus, ...] = get_args(SandboxStatus)
+"""Every status, in the order above."""
 
 
 @attrs.frozen
