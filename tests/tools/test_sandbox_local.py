@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tempering.tools.sandbox import ISOLATION_STEPS, LocalSandbox, SandboxResult
-from tempering.tools.sandbox._limits import _UID_BASE  # pyright: ignore[reportPrivateUsage]
+from tempering.tools.sandbox._limits import ISSUED_UIDS
 from tempering_protocols.testing import check_sandbox
 
 IS_ROOT = os.geteuid() == 0
@@ -31,8 +31,10 @@ def _run(code: str, sandbox: LocalSandbox = SMALL, **kwargs: object) -> SandboxR
     return asyncio.run(sandbox.run(["python3", "-c", textwrap.dedent(code)], **kwargs))  # pyright: ignore[reportArgumentType]
 
 
-def _sandbox_processes() -> list[int]:
-    """Processes running under a sandbox uid (none may outlive a run)."""
+def _sandbox_processes(uids: set[int] | None = None) -> list[int]:
+    """Processes running under ``uids`` (default: every uid this process gave a sandbox; none
+    may outlive a run; sandboxes of other processes on the machine are not ours to judge)."""
+    issued = set(ISSUED_UIDS) if uids is None else uids
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -41,14 +43,14 @@ def _sandbox_processes() -> list[int]:
             uid_line = next(x for x in (entry / "status").read_text().splitlines() if x.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if _UID_BASE <= int(uid_line.split()[1]) < _UID_BASE + (1 << 24):
+        if int(uid_line.split()[1]) in issued:
             found.append(int(entry.name))
     return found
 
 
 def _leftover_cgroups() -> list[str]:
     root = Path("/sys/fs/cgroup/pids")
-    return [p.name for p in root.glob("tempering-sandbox-*")] if root.is_dir() else []
+    return [p.name for p in root.glob(f"tempering-sandbox-{os.getpid()}-*")] if root.is_dir() else []
 
 
 @pytest.fixture(autouse=True)
@@ -237,10 +239,12 @@ def test_cancelling_kills_everything_and_removes_the_directory(tmp_path: Path) -
     code = "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(300)\n"
 
     async def scenario() -> None:
+        issued_before = len(ISSUED_UIDS)
         task = asyncio.ensure_future(sandbox.run(["python3", "-c", code]))
         for _ in range(400):
             await asyncio.sleep(0.05)
-            if len(_sandbox_processes()) >= 2 or (not IS_ROOT and list(tmp_path.iterdir())):
+            ours = set(list(ISSUED_UIDS)[issued_before:])
+            if len(_sandbox_processes(ours)) >= 2 or (not IS_ROOT and list(tmp_path.iterdir())):
                 break
         assert list(tmp_path.iterdir()), "the sandbox never started"
         task.cancel()

@@ -121,6 +121,9 @@ class CodeRLRecipe:
     """``fraction``: the share of tests passed; ``all``: 1 only when every test passes."""
     sft_steps: int = 300
     """SFT steps on the reference solutions; 0 skips SFT (RL starts from the base model)."""
+    init_state: str | None = None
+    """A ``save_state`` checkpoint to start RL from instead of the SFT stage (which is skipped,
+    with its evaluation: the figures before RL are the checkpoint's own run's)."""
     sft_batch_size: int = 32
     sft_learning_rate: float = 1e-3
     rl_steps: int = 20
@@ -204,9 +207,9 @@ async def _run(config: CodeRLRecipe) -> RecipeResult:
     model = fresh_model(
         config.base_model, config.lora_rank, seed=config.seed, renderer_name=config.renderer_name
     )
-    start_state: str | None = None
+    start_state = config.init_state
     details: dict[str, float] = {}
-    if config.sft_steps > 0:
+    if start_state is None and config.sft_steps > 0:
         train_path = write_solutions(out / "data" / "train.jsonl", train_problems, CODE_SYSTEM_PROMPT)
         print(f"tempering recipe code-rl: SFT, {config.sft_steps} steps -> {out / 'sft'}", flush=True)
         sft = await sft_stage(

@@ -6,6 +6,7 @@ function degrades to doing nothing where the kernel or the privileges do not all
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import secrets
@@ -13,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["PidsCgroup", "kill_uid", "pick_uid"]
+__all__ = ["ISSUED_UIDS", "PidsCgroup", "kill_uid", "pick_uid"]
 
 _UID_BASE = 0x5A000000
 """Sandbox uids are drawn from ``[_UID_BASE, _UID_BASE + 2**24)``: far above any real account,
@@ -23,11 +24,17 @@ _CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 """cgroup v1's pids hierarchy, then the cgroup v2 root."""
 
 
+ISSUED_UIDS: collections.deque[int] = collections.deque(maxlen=4096)
+"""The uids this process gave its sandboxes, most recent last (for checking that none lives on)."""
+
+
 def pick_uid() -> int | None:
     """A fresh unused uid for one sandbox when running as root (it can drop to it), else None."""
     if os.geteuid() != 0:
         return None
-    return _UID_BASE + secrets.randbelow(1 << 24)
+    uid = _UID_BASE + secrets.randbelow(1 << 24)
+    ISSUED_UIDS.append(uid)
+    return uid
 
 
 class PidsCgroup:
@@ -53,7 +60,7 @@ class PidsCgroup:
         for root in _CGROUP_ROOTS:
             if not (root / "cgroup.procs").is_file():
                 continue
-            path = root / f"tempering-sandbox-{secrets.token_hex(8)}"
+            path = root / f"tempering-sandbox-{os.getpid()}-{secrets.token_hex(6)}"
             try:
                 path.mkdir()
             except OSError:

@@ -178,26 +178,35 @@ class LocalSandbox:
             status_r, status_w = os.pipe()
             try:
                 start = time.monotonic()
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    str(_LAUNCHER),
-                    json.dumps(self._launch_config(argv, workdir, uid, cgroup, status_w)),
-                    stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    pass_fds=(status_w,),
-                    start_new_session=True,
-                    cwd=workdir,
-                    env={"LC_ALL": "C.UTF-8"},
+                spawn = asyncio.ensure_future(
+                    asyncio.create_subprocess_exec(
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        str(_LAUNCHER),
+                        json.dumps(self._launch_config(argv, workdir, uid, cgroup, status_w)),
+                        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.PIPE,
+                        pass_fds=(status_w,),
+                        start_new_session=True,
+                        cwd=workdir,
+                        env={"LC_ALL": "C.UTF-8"},
+                    )
                 )
+                try:
+                    started = await asyncio.shield(spawn)
+                except asyncio.CancelledError:
+                    # cancelled while starting: get the process anyway, so the cleanup below kills it
+                    proc = await spawn
+                    raise
+                proc = started
             finally:
                 os.close(status_w)
-            kill = functools.partial(_kill, proc, cgroup, uid)
-            outcome = await _Collect(proc, self.max_output_bytes, stdin, kill).run(wall)
+            kill = functools.partial(_kill, started, cgroup, uid)
+            outcome = await _Collect(started, self.max_output_bytes, stdin, kill).run(wall)
             wall_used = time.monotonic() - start
-            _kill(proc, cgroup, uid)
+            _kill(started, cgroup, uid)
             launch = _read_status(status_r)
             return self._result(outcome, launch, wall_used, wall, cgroup.hit_limit())
         finally:
