@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tempering.tools.sandbox import ISOLATION_STEPS, LocalSandbox, SandboxResult
-from tempering.tools.sandbox._limits import ISSUED_UIDS
+from tempering.tools.sandbox._limits import ISSUED_UIDS, live_pids_of
 from tempering_protocols.testing import check_sandbox
 
 IS_ROOT = os.geteuid() == 0
@@ -32,20 +32,9 @@ def _run(code: str, sandbox: LocalSandbox = SMALL, **kwargs: object) -> SandboxR
 
 
 def _sandbox_processes(uids: set[int] | None = None) -> list[int]:
-    """Processes running under ``uids`` (default: every uid this process gave a sandbox; none
-    may outlive a run; sandboxes of other processes on the machine are not ours to judge)."""
-    issued = set(ISSUED_UIDS) if uids is None else uids
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            uid_line = next(x for x in (entry / "status").read_text().splitlines() if x.startswith("Uid:"))
-        except (OSError, StopIteration):
-            continue
-        if int(uid_line.split()[1]) in issued:
-            found.append(int(entry.name))
-    return found
+    """Live processes under ``uids`` (default: every uid this process gave a sandbox; none may
+    outlive a run; sandboxes of other processes on the machine are not ours to judge)."""
+    return live_pids_of(set(ISSUED_UIDS) if uids is None else uids)
 
 
 def _leftover_cgroups() -> list[str]:

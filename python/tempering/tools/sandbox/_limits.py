@@ -14,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["ISSUED_UIDS", "PidsCgroup", "kill_uid", "pick_uid"]
+__all__ = ["ISSUED_UIDS", "PidsCgroup", "kill_uid", "live_pids_of", "pick_uid"]
 
 _UID_BASE = 0x5A000000
 """Sandbox uids are drawn from ``[_UID_BASE, _UID_BASE + 2**24)``: far above any real account,
@@ -127,8 +127,12 @@ class PidsCgroup:
 
 
 def _uid_of(pid_dir: Path) -> int | None:
+    """The real uid of a live process (None for a zombie: it is dead, waiting to be reaped)."""
     try:
-        for line in (pid_dir / "status").read_text().splitlines():
+        lines = (pid_dir / "status").read_text().splitlines()
+        if any(line.startswith("State:") and "Z" in line.split()[1] for line in lines):
+            return None
+        for line in lines:
             if line.startswith("Uid:"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -136,15 +140,22 @@ def _uid_of(pid_dir: Path) -> int | None:
     return None
 
 
+def live_pids_of(uids: set[int]) -> list[int]:
+    """The live processes (not zombies) whose real uid is in ``uids``."""
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and _uid_of(entry) in uids
+    ]
+
+
 def kill_uid(uid: int) -> None:
-    """SIGKILL every process whose real uid is ``uid`` (a sandbox's own uid), until none is left."""
+    """SIGKILL every live process whose real uid is ``uid`` (a sandbox's own uid), until none is left."""
     for _ in range(50):
-        found = False
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and _uid_of(entry) == uid:
-                found = True
-                with contextlib.suppress(OSError):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        if not found:
+        pids = live_pids_of({uid})
+        if not pids:
             return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         time.sleep(0.005)
