@@ -129,7 +129,8 @@ class CodeRLRecipe:
     rl_steps: int = 20
     rl_batch_size: int = 8
     group_size: int = 8
-    rl_learning_rate: float = 1e-4
+    rl_learning_rate: float = 1e-5
+    """1e-4 (the other recipes' RL rate) undoes the SFT stage here: docs/recipes/code-rl.md."""
     rl_eval_every: int = 5
     max_tokens: int = 128
     eval_samples: int = 4
