@@ -16,6 +16,7 @@ from tempering_protocols.rl import (
     RLDataset,
     RLDatasetBuilder,
 )
+from tempering_protocols.sandbox import Sandbox, SandboxResult, SandboxStatus
 from tempering_protocols.supervised import (
     ComparisonDataset,
     ComparisonDatasetBuilder,
@@ -70,6 +71,9 @@ __all__ = [
     "Renderer",
     "SamplingClient",
     "SamplingClientEvaluator",
+    "Sandbox",
+    "SandboxResult",
+    "SandboxStatus",
     "StepResult",
     "StopCondition",
     "StopReason",

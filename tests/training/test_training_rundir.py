@@ -73,7 +73,7 @@ def test_open_fresh_refuse_resume_overwrite(tmp_path: Path) -> None:
     assert not resumed
     assert run.config_path.is_file()
     run.append_metrics({"step": 0, "loss": 1.0})
-    with pytest.raises(RunExistsError, match="--run.if-exists resume"):
+    with pytest.raises(RunExistsError, match=r"--run\.if-exists resume"):
         RunDir.open(config.run.log_dir, config, "refuse")
     _, resumed = RunDir.open(config.run.log_dir, config, "resume")
     assert resumed

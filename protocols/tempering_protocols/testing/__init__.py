@@ -41,6 +41,7 @@ from tempering_protocols.testing._rl import (
     default_actions,
 )
 from tempering_protocols.testing._rules import RULES
+from tempering_protocols.testing._sandbox import KIT_PROGRAMS, acheck_sandbox, check_sandbox
 from tempering_protocols.testing._structure import (
     check_class_implements,
     check_object_implements,
@@ -52,6 +53,7 @@ __all__ = [
     "CHECKS",
     "DEFAULT_CALL_TIMEOUT_S",
     "DEFAULT_CONVERSATION",
+    "KIT_PROGRAMS",
     "RULES",
     "ActionPolicy",
     "Conformance",
@@ -62,6 +64,7 @@ __all__ = [
     "acheck_message_completer",
     "acheck_rl_dataset",
     "acheck_rl_dataset_builder",
+    "acheck_sandbox",
     "acheck_token_completer",
     "call_timeout",
     "check_class_implements",
@@ -73,6 +76,7 @@ __all__ = [
     "check_renderer",
     "check_rl_dataset",
     "check_rl_dataset_builder",
+    "check_sandbox",
     "check_supervised_dataset",
     "check_supervised_dataset_builder",
     "check_token_completer",
@@ -108,5 +112,7 @@ class Conformance:
     acheck_token_completer = staticmethod(acheck_token_completer)
     check_message_completer = staticmethod(check_message_completer)
     acheck_message_completer = staticmethod(acheck_message_completer)
+    check_sandbox = staticmethod(check_sandbox)
+    acheck_sandbox = staticmethod(acheck_sandbox)
     check_class_implements = staticmethod(check_class_implements)
     check_object_implements = staticmethod(check_object_implements)

@@ -18,6 +18,7 @@ from tempering_protocols.testing._rl import (
     check_rl_dataset,
     check_rl_dataset_builder,
 )
+from tempering_protocols.testing._sandbox import check_sandbox
 from tempering_protocols.testing._supervised import check_supervised_dataset, check_supervised_dataset_builder
 
 __all__ = ["CHECKS", "Kind", "check_conformance", "detect_kind"]
@@ -32,6 +33,7 @@ Kind: TypeAlias = Literal[
     "renderer",
     "token_completer",
     "message_completer",
+    "sandbox",
 ]
 """The kinds of implementation the kit checks (the keys of ``CHECKS``).
 
@@ -50,6 +52,7 @@ CHECKS: Final[Mapping[str, Callable[[object], object]]] = {
     "renderer": check_renderer,
     "token_completer": check_token_completer,
     "message_completer": check_message_completer,
+    "sandbox": check_sandbox,
 }
 """The check for each kind of implementation (each runs with its default settings)."""
 
@@ -98,8 +101,8 @@ def detect_kind(obj: object, /) -> Kind:
     """The kind of implementation ``obj`` is, from the members it has.
 
     Envs have ``initial_observation``; builders ``make_envs``; renderers
-    ``build_generation_prompt``; datasets ``get_batch`` (supervised when batch 0 holds
-    ``tinker.Datum``). Objects that are only callable are told apart by their arguments and
+    ``build_generation_prompt``; sandboxes an async ``run``; datasets ``get_batch`` (supervised
+    when batch 0 holds ``tinker.Datum``). Objects that are only callable are told apart by their arguments and
     ``async``: no argument, async → RL dataset builder, sync → supervised dataset builder; one
     argument → message completer; two → token completer. Raises ``TypeError`` otherwise.
 
@@ -113,6 +116,8 @@ def detect_kind(obj: object, /) -> Kind:
         return "env_group_builder"
     if hasattr(obj, "build_generation_prompt") or hasattr(obj, "parse_response"):
         return "renderer"
+    if inspect.iscoroutinefunction(getattr(obj, "run", None)):
+        return "sandbox"
     if hasattr(obj, "get_batch"):
         if hasattr(obj, "set_epoch") and _first_item_is_datum(obj):
             return "supervised_dataset"

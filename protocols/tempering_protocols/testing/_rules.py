@@ -76,6 +76,13 @@ RULES: Final[Mapping[str, str]] = MappingProxyType(
         "message-completer/return-type": "not a `Message` with role `assistant`",
         "message-completer/raised": "the completer raised",
         "message-completer/timeout": "the completer did not return within the kit's time limit",
+        # Sandbox
+        "sandbox/return-type": "`run()` is not a `SandboxResult` with a known status and typed fields",
+        "sandbox/ok-run": "a program printing a file and stdin is not `ok` with exit code 0 and that output",
+        "sandbox/exit-code": "a program exiting with 3 is not `error` with exit code 3",
+        "sandbox/fresh": "a file written by one run is visible to the next",
+        "sandbox/timeout": "a sleep past `timeout` is not reported as `timeout` (or takes far longer)",
+        "sandbox/raised": "`run()` raised for what the code did",
     }
 )
 """Rule id -> what breaks it. Every ``ConformanceError`` names one of these ids."""

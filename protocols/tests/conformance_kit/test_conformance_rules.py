@@ -16,9 +16,14 @@ import pytest
 from tempering_protocols.testing import RULES, ConformanceError
 from tempering_protocols.testing._base import name_of
 
-from . import kit_cases_rl, kit_cases_supervised, kit_cases_text
+from . import kit_cases_rl, kit_cases_sandbox, kit_cases_supervised, kit_cases_text
 
-ALL_CASES = [*kit_cases_rl.CASES, *kit_cases_supervised.CASES, *kit_cases_text.CASES]
+ALL_CASES = [
+    *kit_cases_rl.CASES,
+    *kit_cases_supervised.CASES,
+    *kit_cases_text.CASES,
+    *kit_cases_sandbox.CASES,
+]
 KIT_SOURCE = Path(__file__).parents[2] / "tempering_protocols" / "testing"
 
 
@@ -48,7 +53,7 @@ def test_every_rule_has_a_broken_case() -> None:
 def test_every_rule_the_kit_raises_is_listed() -> None:
     pattern = re.compile(
         r'"((?:protocol|env|builder|rl-dataset|rl-dataset-builder|supervised|supervised-builder'
-        r'|renderer|completer|message-completer)/[a-z-]+)"'
+        r'|renderer|completer|message-completer|sandbox)/[a-z-]+)"'
     )
     raised = {
         rule
@@ -67,3 +72,7 @@ def test_conformance_error_is_an_assertion_error_that_pickles() -> None:
     assert str(err) == "[env/step-after-done] MyEnv accepted step() after episode_done"
     clone = pickle.loads(pickle.dumps(err))
     assert (clone.rule, str(clone)) == (err.rule, str(err))
+
+
+def test_a_correct_sandbox_passes() -> None:
+    kit_cases_sandbox.check_sandbox(kit_cases_sandbox.FakeSandbox())

@@ -42,6 +42,10 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.math_rl:MathRLRecipe",
         "reasoning RL on math word problems, graded answers",
     ),
+    "code-rl": (
+        "tempering.recipes.code_rl:CodeRLRecipe",
+        "RL on small programming problems, rewarded by unit tests run in a local sandbox",
+    ),
     "trajectory-sft": (
         "tempering.recipes.trajectory_sft:TrajectorySFTRecipe",
         "logged RL trajectories back into SFT data (rejection sampling / learning histories)",

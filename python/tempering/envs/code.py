@@ -1,0 +1,336 @@
+"""Code RL: write a Python program, graded by running the problem's tests in a sandbox.
+
+A :class:`CodeProblem` is a prompt and test statements (``"assert add(1, 2) == 3"``). The
+:class:`CodeEnv` asks the prompt, takes the program from the reply's last ```` ```python ````
+block (:func:`~tempering.tools.sandbox.extract_program`), runs the tests against it in a
+``tempering_protocols.Sandbox`` (:func:`~tempering.tools.sandbox.grade_program`) and rewards
+
+    ``format_coef * (has_block - 1) + correctness``
+
+where correctness is the pass fraction (``reward="fraction"``) or 1 only when every test passes
+(``reward="all"``). Code that crashes, loops, forks, allocates or prints without end gets a
+failed grade with the sandbox's reason, never an exception: the rollout and the run go on.
+Metrics: ``format``, ``pass_fraction``, ``all_pass``, ``sandbox_limit`` (a limit stopped it),
+``sandbox_error`` (the sandbox itself failed).
+
+:class:`CodeTask` (an ``RLDatasetBuilder``) serves the shipped problems
+(``tempering-assets:code/problems.jsonl``, 40 one-function problems, 3 tests each) split into
+train and test by a seed.
+
+Example::
+
+    grading = CodeGrading(LocalSandbox(wall_seconds=5), reward="fraction")
+    builder = CodeGroupBuilder(problem, renderer, grading, group_size=8)
+    train, test = await CodeTask(batch_size=4, group_size=8)()
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import tinker
+
+from tempering.assets import resolve_data_path
+from tempering.backend import load_tokenizer
+from tempering.model_info import resolve_renderer_name
+from tempering.renderers import get_renderer
+from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
+from tempering_protocols import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Message,
+    Observation,
+    Renderer,
+    RLDataset,
+    Sandbox,
+    StepResult,
+    StopCondition,
+)
+
+__all__ = [
+    "CODE_PROBLEMS",
+    "CODE_SYSTEM_PROMPT",
+    "CodeDataset",
+    "CodeEnv",
+    "CodeGrading",
+    "CodeGroupBuilder",
+    "CodeProblem",
+    "CodeTask",
+    "RewardMode",
+    "code_messages",
+    "load_code_problems",
+    "split_code_problems",
+]
+
+CODE_PROBLEMS = "tempering-assets:code/problems.jsonl"
+"""The shipped problems: 40 small one-function tasks with 3 asserts each and a reference solution."""
+
+CODE_SYSTEM_PROMPT = "Answer with Python code in a ```python block."
+
+RewardMode = Literal["fraction", "all"]
+
+
+@attrs.frozen
+class CodeProblem:
+    """A programming problem: its prompt, its tests (Python statements), a reference solution."""
+
+    id: str
+    prompt: str
+    tests: tuple[str, ...]
+    solution: str | None = None
+
+
+def _field(row: dict[str, Any], key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def load_code_problems(path: str = CODE_PROBLEMS) -> list[CodeProblem]:
+    """Read problems from JSONL rows ``{"id", "prompt", "tests": [...], "solution"?}``.
+
+    ``path`` may be ``tempering-assets:NAME``. A bad row is a ``ValueError`` naming the file and
+    line and what is wrong with it.
+    """
+    file = Path(resolve_data_path(path))
+    if not file.is_file():
+        raise FileNotFoundError(f"code problems: no file at {file} (from {path!r})")
+    problems: list[CodeProblem] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{file}:{lineno}"
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{where}: not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: a row must be a JSON object")
+        row_dict: dict[str, Any] = row  # pyright: ignore[reportUnknownVariableType]
+        tests: object = row_dict.get("tests")
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):  # pyright: ignore[reportUnknownVariableType]
+            raise ValueError(f"{where}: 'tests' must be a non-empty list of Python statements (strings)")
+        ident = _field(row_dict, "id", where)
+        if ident in seen:
+            raise ValueError(f"{where}: duplicate problem id {ident!r}")
+        seen.add(ident)
+        solution = row_dict.get("solution")
+        problems.append(
+            CodeProblem(
+                ident,
+                _field(row_dict, "prompt", where),
+                tuple(str(t) for t in tests),  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+                solution if isinstance(solution, str) else None,
+            )
+        )
+    if not problems:
+        raise ValueError(f"code problems: {file} holds no problems")
+    return problems
+
+
+def split_code_problems(
+    problems: Sequence[CodeProblem], *, n_test: int, seed: int
+) -> tuple[list[CodeProblem], list[CodeProblem]]:
+    """``(train, test)``: ``n_test`` problems held out by a shuffle seeded with ``seed`` (0: none
+    held out, and the test list is the training list)."""
+    if not 0 <= n_test < len(problems):
+        raise ValueError(
+            f"n_test must be in 0..{len(problems) - 1} for {len(problems)} problems, got {n_test}"
+        )
+    order = [int(i) for i in np.random.default_rng([seed, 0xC0DE]).permutation(len(problems))]
+    train = [problems[i] for i in order[n_test:]]
+    test = [problems[i] for i in order[:n_test]] or train
+    return train, test
+
+
+def code_messages(problem: CodeProblem, system_prompt: str | None = CODE_SYSTEM_PROMPT) -> list[Message]:
+    """The prompt conversation of ``problem``."""
+    convo: list[Message] = []
+    if system_prompt:
+        convo.append({"role": "system", "content": system_prompt})
+    convo.append({"role": "user", "content": problem.prompt})
+    return convo
+
+
+@attrs.frozen(kw_only=True)
+class CodeGrading:
+    """How a reply is graded: the sandbox, the reward mode, the format penalty, the run timeout."""
+
+    sandbox: Sandbox = attrs.field(factory=lambda: LocalSandbox(wall_seconds=5.0, cpu_seconds=5))
+    reward: RewardMode = "fraction"
+    format_coef: float = 0.1
+    timeout: float | None = None
+    """Seconds for one grading run (default: the sandbox's own wall-time limit)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.reward not in ("fraction", "all"):
+            raise ValueError(f"CodeGrading.reward must be 'fraction' or 'all', got {self.reward!r}")
+
+
+class CodeEnv(Env):
+    """One problem, one reply, graded by its tests in the sandbox. Single-use."""
+
+    def __init__(
+        self,
+        problem: CodeProblem,
+        renderer: Renderer,
+        grading: CodeGrading,
+        *,
+        system_prompt: str | None = CODE_SYSTEM_PROMPT,
+    ) -> None:
+        self.problem = problem
+        self.renderer = renderer
+        self.grading = grading
+        self.system_prompt = system_prompt
+        self._done = False
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        messages = code_messages(self.problem, self.system_prompt)
+        return self.renderer.build_generation_prompt(messages), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action, /) -> StepResult:
+        if self._done:
+            raise RuntimeError("CodeEnv is single-use: the episode is over")
+        self._done = True
+        message, _ = self.renderer.parse_response(action)
+        program = extract_program(message["content"])
+        metrics = {
+            "format": 0.0,
+            "pass_fraction": 0.0,
+            "all_pass": 0.0,
+            "sandbox_limit": 0.0,
+            "sandbox_error": 0.0,
+        }
+        if program is not None:
+            grade = await grade_program(
+                self.grading.sandbox, program, self.problem.tests, timeout=self.grading.timeout
+            )
+            metrics["format"] = 1.0
+            metrics["pass_fraction"] = grade.fraction
+            metrics["all_pass"] = float(grade.all_passed)
+            metrics["sandbox_error"] = float(grade.status == "sandbox_error")
+            metrics["sandbox_limit"] = float(grade.status not in ("ok", "error", "sandbox_error"))
+        correct = metrics["all_pass"] if self.grading.reward == "all" else metrics["pass_fraction"]
+        return StepResult(
+            reward=self.grading.format_coef * (metrics["format"] - 1.0) + correct,
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics=metrics,
+        )
+
+
+@attrs.frozen
+class CodeGroupBuilder(EnvGroupBuilder):
+    """``group_size`` envs of one problem (one sampling request with ``num_samples = G``)."""
+
+    problem: CodeProblem
+    renderer: Renderer = attrs.field(eq=False)
+    grading: CodeGrading
+    group_size: int = 8
+    system_prompt: str | None = CODE_SYSTEM_PROMPT
+    tag: str = "code"
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [
+            CodeEnv(self.problem, self.renderer, self.grading, system_prompt=self.system_prompt)
+            for _ in range(self.group_size)
+        ]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+@attrs.frozen
+class CodeDataset:
+    """``batch_size`` problems per batch in a seeded order reshuffled each epoch, ``group_size``
+    replies each; ``len`` is ``n_batches`` (default: one pass over the problems)."""
+
+    problems: Sequence[CodeProblem]
+    renderer: Renderer = attrs.field(eq=False)
+    grading: CodeGrading
+    batch_size: int
+    group_size: int
+    seed: int = 0
+    n_batches: int | None = None
+    system_prompt: str | None = CODE_SYSTEM_PROMPT
+
+    def __len__(self) -> int:
+        return self.n_batches if self.n_batches is not None else max(1, len(self.problems) // self.batch_size)
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        n = len(self.problems)
+        epoch_batches = max(1, n // self.batch_size)
+        epoch = index // epoch_batches
+        start = (index % epoch_batches) * self.batch_size
+        shuffled = np.random.default_rng([self.seed, epoch]).permutation(n)
+        chosen = np.take(shuffled, np.arange(start, start + self.batch_size), mode="wrap")
+        return [
+            CodeGroupBuilder(
+                self.problems[int(i)], self.renderer, self.grading, self.group_size, self.system_prompt
+            )
+            for i in chosen
+        ]
+
+
+@attrs.frozen(kw_only=True)
+class CodeTask:
+    """The code RL task (``RLDatasetBuilder``): the problems of ``problems_path`` split by
+    ``seed`` (``n_test`` held out), ``batch_size`` problems × ``group_size`` replies per step;
+    the test set is every held-out problem in one batch. Picklable.
+
+    Example::
+
+        train, test = await CodeTask(batch_size=4, group_size=8, n_batches=20)()
+    """
+
+    base_model: str = "tempering/tiny"
+    renderer_name: str | None = None
+    problems_path: str = CODE_PROBLEMS
+    n_test: int = 8
+    seed: int = 0
+    batch_size: int = 8
+    group_size: int = 8
+    test_group_size: int = 4
+    n_batches: int | None = None
+    grading: CodeGrading = attrs.field(factory=CodeGrading)
+    system_prompt: str | None = CODE_SYSTEM_PROMPT
+
+    def problems(self) -> tuple[list[CodeProblem], list[CodeProblem]]:
+        """``(train, test)`` problems of this task."""
+        return split_code_problems(load_code_problems(self.problems_path), n_test=self.n_test, seed=self.seed)
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        renderer = get_renderer(
+            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
+        )
+        train, test = self.problems()
+        train_ds = CodeDataset(
+            train,
+            renderer,
+            self.grading,
+            self.batch_size,
+            self.group_size,
+            self.seed,
+            self.n_batches,
+            self.system_prompt,
+        )
+        test_ds = CodeDataset(
+            test,
+            renderer,
+            self.grading,
+            len(test),
+            self.test_group_size,
+            self.seed + 1,
+            1,
+            self.system_prompt,
+        )
+        return train_ds, test_ds
