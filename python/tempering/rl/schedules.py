@@ -18,6 +18,22 @@ Example::
     async for rollout in source.groups(step):   # until the step's groups are used up
         ...
     await source.submitted(step + 1)            # let the producer start the next batch
+
+The schedules of the RL loop (``RLConfig.schedule``):
+
+==============  ======================================================================================
+schedule        groups of step ``s``
+==============  ======================================================================================
+``sync``        batch ``s`` sampled with the weights after step ``s-1``; all ``P`` groups finish,
+                then the ``S`` minibatches train (on-policy)
+``streaming``   batch ``s`` sampled with the weights after step ``s-1``; each minibatch trains as
+                soon as ``ceil(P / S)`` groups have finished (in finishing order)
+``async``       a producer samples batches ahead with the newest weights; step ``s`` takes the
+                first ``P`` finished groups whose sampler version ``v`` has ``s - v <=
+                max_steps_off_policy``; older ones are dropped or resampled (``stale_policy``),
+                and counted. The producer never runs more than ``max_steps_off_policy`` batches
+                ahead of training.
+==============  ======================================================================================
 """
 
 from __future__ import annotations

@@ -8,21 +8,7 @@ for each, computes advantages on the Rust core (constant-reward groups dropped a
 with a distillation teacher, whose per-token signal they still carry),
 packs datums, optionally adds a KL penalty against a reference policy and a distillation term
 from a teacher, and queues ``forward_backward`` + ``optim_step``. Where the groups come from is
-the schedule:
-
-==============  ======================================================================================
-schedule        groups of step ``s``
-==============  ======================================================================================
-``sync``        batch ``s`` sampled with the weights after step ``s-1``; all ``P`` groups finish,
-                then the ``S`` minibatches train (on-policy)
-``streaming``   batch ``s`` sampled with the weights after step ``s-1``; each minibatch trains as
-                soon as ``ceil(P / S)`` groups have finished (in finishing order)
-``async``       a producer samples batches ahead with the newest weights; step ``s`` takes the
-                first ``P`` finished groups whose sampler version ``v`` has ``s - v <=
-                max_steps_off_policy``; older ones are dropped or resampled (``stale_policy``),
-                and counted. The producer never runs more than ``max_steps_off_policy`` batches
-                ahead of training.
-==============  ======================================================================================
+the schedule (``sync``, ``streaming`` or ``async``; the table is in :mod:`tempering.rl.schedules`).
 
 Seeding: with ``RLConfig.seed`` (default 0) every sampling request is seeded from the run's seed
 and its place in the run: group ``p`` of step ``s`` (resampled ``r`` times) samples with group
@@ -37,13 +23,8 @@ Bookkeeping (run directory, ``metrics.jsonl``, checkpoints, exact resume, LR sch
 bar) is :mod:`tempering.training`'s: this module supplies what one step submits. Periodic
 checkpoints save sampler weights too (their ``sampler_path`` is in ``checkpoints.jsonl``, so any
 checkpointed step can be sampled, and a resumed run samples its first step from it);
-``RunConfig(save_sampler_weights=False)`` turns that off. Metrics
-(one line per step) include ``env/reward/mean``, ``env/<tag>/reward/mean``, ``env/correct``,
-``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``,
-``rollout/failed/<Type>``, ``tokens/sampled``, ``tokens/trained``, ``kl/sample_train_v1`` and
-``_v2`` (sampler vs. trainer logprobs), ``entropy/sampled``, ``optim/lr``, ``optim/grad_norm``,
-``time/{rollout,sampling,env,data,train,wait}`` (and ``time/log_trajectories`` with
-``log_trajectories``) and, every ``eval_every`` steps, ``test/…``.
+``RunConfig(save_sampler_weights=False)`` turns that off. The metrics logged per step are
+listed in :mod:`tempering.rl.metrics`.
 
 Example::
 
@@ -56,9 +37,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 import numpy as np
@@ -75,8 +55,10 @@ from tempering.rl.data import (
     remove_constant_reward_groups,
     trajectories_to_batch,
 )
-from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
+from tempering.rl.executor_factory import make_executor
+from tempering.rl.executors import RolloutExecutor
 from tempering.rl.loss_inputs import loss_datums
+from tempering.rl.metrics import Timers, mismatch_metrics, rollout_metrics
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
 from tempering.rl.rollouts import (
     GroupRollout,
@@ -99,9 +81,6 @@ from tempering_protocols import (
     SamplingClient,
     TrajectoryGroup,
 )
-
-if TYPE_CHECKING:
-    from tempering.rl.ray_executor import RayExecutor
 
 __all__ = [
     "LossName",
@@ -188,102 +167,7 @@ class RLConfig:
         return await train(self, service=service)
 
 
-# ------------------------------------------------------------------------------ staleness
-
-
-# ------------------------------------------------------------------------------ metrics
-
-
-def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> dict[str, float]:
-    """Reward, correctness, episode-length, stop-reason, failure and token metrics of groups.
-
-    Keys: ``{prefix}/reward/mean`` and ``/std`` (over trajectories), ``{prefix}/<tag>/reward/mean``,
-    ``{prefix}/correct`` (mean of the ``correct`` step metric where envs report it),
-    ``{prefix}/grader/<count>`` (``grader/timeouts`` etc. summed over the turns of envs that
-    grade with ``MathGrader``), ``{prefix}/turns``, ``{prefix}/end/<reason>``,
-    ``{prefix}/stop/length`` (fraction of turns that hit ``max_tokens``),
-    ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and ``tokens/sampled``.
-    """
-    rewards: list[float] = []
-    by_tag: defaultdict[str, list[float]] = defaultdict(list)
-    correct: list[float] = []
-    turns: list[int] = []
-    ends: Counter[str] = Counter()
-    failures: Counter[str] = Counter()
-    graded: defaultdict[str, float] = defaultdict(float)
-    n_turns = n_length = n_tokens = 0
-    n_failed_groups = 0
-    for r in rollouts:
-        failures.update(r.failures)
-        if r.group is None:
-            n_failed_groups += 1
-            continue
-        totals = r.group.get_total_rewards()
-        rewards += totals
-        for tag in r.tags:
-            by_tag[tag] += totals
-        ends.update(r.end_reasons_G)
-        for traj in r.group.trajectories_G:
-            turns.append(len(traj.transitions))
-            for t in traj.transitions:
-                n_turns += 1
-                n_tokens += len(t.ac.tokens)
-                n_length += t.ac.stop_reason == "length"
-                if "correct" in t.metrics:
-                    correct.append(float(t.metrics["correct"]))
-                for key in (k for k in t.metrics if k.startswith("grader/")):  # counts: summed
-                    graded[key] += float(t.metrics[key])
-    out: dict[str, float] = {
-        f"{prefix}/reward/mean": float(np.mean(rewards)) if rewards else math.nan,
-        f"{prefix}/reward/std": float(np.std(rewards)) if rewards else math.nan,
-        f"{prefix}/turns": float(np.mean(turns)) if turns else math.nan,
-        f"{prefix}/stop/length": n_length / n_turns if n_turns else math.nan,
-        f"{prefix}/frac_groups_failed": n_failed_groups / len(rollouts) if rollouts else 0.0,
-        "tokens/sampled" if prefix == "env" else f"{prefix}/tokens/sampled": float(n_tokens),
-    }
-    if correct:
-        out[f"{prefix}/correct"] = float(np.mean(correct))
-    for tag, values in by_tag.items():
-        out[f"{prefix}/{tag}/reward/mean"] = float(np.mean(values))
-    n_ends = sum(ends.values())
-    for reason, count in ends.items():
-        out[f"{prefix}/end/{reason}"] = count / n_ends
-    for key, count in failures.items():
-        out[key if prefix == "env" else f"{prefix}/{key}"] = float(count)
-    out |= {f"{prefix}/{key}": total for key, total in graded.items()}
-    return out
-
-
-def _mismatch_metrics(batch: RaggedBatch, fb: ttypes.ForwardBackwardOutput) -> dict[str, float]:
-    """Sampler-vs-trainer logprob mismatch and the sampled-token entropy estimate, over the
-    trained positions (``mask_N``)."""
-    outputs = [o["logprobs"].to_numpy().astype(np.float32, copy=False) for o in fb.loss_fn_outputs]
-    if not outputs:
-        return {}
-    trainer_N = np.concatenate(outputs)
-    if trainer_N.shape != batch.logprobs_N.shape:
-        return {}
-    mask_N = batch.mask_N > 0
-    n = int(mask_N.sum())
-    if n == 0:
-        return {}
-    diff = (batch.logprobs_N - trainer_N)[mask_N].astype(np.float64)
-    return {
-        "kl/sample_train_v1": float(diff.mean()),
-        "kl/sample_train_v2": float(0.5 * (diff**2).mean()),
-        "entropy/sampled": float(-batch.logprobs_N[mask_N].astype(np.float64).mean()),
-    }
-
-
 # ------------------------------------------------------------------------------ the run
-
-
-@attrs.define
-class _Timers:
-    values: defaultdict[str, float] = attrs.field(factory=lambda: defaultdict(float))
-
-    def add(self, key: str, seconds: float) -> None:
-        self.values[f"time/{key}"] += seconds
 
 
 @attrs.define
@@ -341,7 +225,7 @@ class _Run:
 
     # -------------------------------------------------------------- where groups come from
 
-    async def minibatches(self, step: int, timers: _Timers) -> AsyncIterator[list[GroupRollout]]:
+    async def minibatches(self, step: int, timers: Timers) -> AsyncIterator[list[GroupRollout]]:
         config = self.config
         t0 = time.perf_counter()
         if config.schedule == "async":
@@ -406,7 +290,7 @@ class _Run:
     # -------------------------------------------------------------- one step
 
     async def _train_minibatch(
-        self, groups: list[TrajectoryGroup], step: int, timers: _Timers
+        self, groups: list[TrajectoryGroup], step: int, timers: Timers
     ) -> _Substep | None:
         config = self.config
         t0 = time.perf_counter()
@@ -457,7 +341,7 @@ class _Run:
 
     async def submit(self, step: int) -> PendingStep:
         config = self.config
-        timers = _Timers()
+        timers = Timers()
         used: list[GroupRollout] = []
         substeps: list[_Substep] = []
         n_constant = 0
@@ -512,7 +396,7 @@ class _Run:
                 if opt.metrics is not None and "grad_norm" in opt.metrics:
                     norms.append(float(opt.metrics["grad_norm"]))
                 trained += float(sub.batch.mask_N.sum())
-                for k, v in {**_mismatch_metrics(sub.batch, fb), **sub.extra}.items():
+                for k, v in {**mismatch_metrics(sub.batch, fb), **sub.extra}.items():
                     out[k] = out.get(k, 0.0) + v / len(substeps)
             if log_write is not None:
                 out["time/log_trajectories"] = (await log_write).seconds
@@ -585,18 +469,7 @@ async def _train(
 ) -> TrainResult:
     # On resume, the checkpoint's sampler weights (no extra save); else the current weights.
     sampler = await loop.initial_sampling_client()
-    executor: RolloutExecutor
-    pool: ProcessPoolExecutor | RayExecutor | None = None
-    if config.ray_workers > 0:
-        from tempering.rl.ray_executor import RayExecutor
-
-        pool = RayExecutor(config.ray_workers, address=config.ray_address)
-        executor = pool
-    elif config.env_workers > 0:
-        pool = ProcessPoolExecutor(config.env_workers)
-        executor = pool
-    else:
-        executor = InlineExecutor()
+    executor, pool = make_executor(config.env_workers, config.ray_workers, config.ray_address)
     run = _Run(config, loop, train_ds, test_ds, executor, sampler)
     lines_before = len(loop.run_dir.read_metrics())
     try:

@@ -1,0 +1,118 @@
+"""The RL loop's metrics: what a step's rollouts say (``rollout_metrics``), how far the
+sampler's logprobs are from the trainer's (``mismatch_metrics``), and where a step's time went
+(``Timers``).
+
+Metrics of an RL run (one line per step) include ``env/reward/mean``, ``env/<tag>/reward/mean``,
+``env/correct``,
+``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``,
+``rollout/failed/<Type>``, ``tokens/sampled``, ``tokens/trained``, ``kl/sample_train_v1`` and
+``_v2`` (sampler vs. trainer logprobs), ``entropy/sampled``, ``optim/lr``, ``optim/grad_norm``,
+``time/{rollout,sampling,env,data,train,wait}`` (and ``time/log_trajectories`` with
+``log_trajectories``) and, every ``eval_every`` steps, ``test/…``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+from tinker import types as ttypes
+
+from tempering.rl.data import RaggedBatch
+from tempering.rl.rollouts import GroupRollout
+
+__all__ = ["Timers", "mismatch_metrics", "rollout_metrics"]
+
+
+def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> dict[str, float]:
+    """Reward, correctness, episode-length, stop-reason, failure and token metrics of groups.
+
+    Keys: ``{prefix}/reward/mean`` and ``/std`` (over trajectories), ``{prefix}/<tag>/reward/mean``,
+    ``{prefix}/correct`` (mean of the ``correct`` step metric where envs report it),
+    ``{prefix}/grader/<count>`` (``grader/timeouts`` etc. summed over the turns of envs that
+    grade with ``MathGrader``), ``{prefix}/turns``, ``{prefix}/end/<reason>``,
+    ``{prefix}/stop/length`` (fraction of turns that hit ``max_tokens``),
+    ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and ``tokens/sampled``.
+    """
+    rewards: list[float] = []
+    by_tag: defaultdict[str, list[float]] = defaultdict(list)
+    correct: list[float] = []
+    turns: list[int] = []
+    ends: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    graded: defaultdict[str, float] = defaultdict(float)
+    n_turns = n_length = n_tokens = 0
+    n_failed_groups = 0
+    for r in rollouts:
+        failures.update(r.failures)
+        if r.group is None:
+            n_failed_groups += 1
+            continue
+        totals = r.group.get_total_rewards()
+        rewards += totals
+        for tag in r.tags:
+            by_tag[tag] += totals
+        ends.update(r.end_reasons_G)
+        for traj in r.group.trajectories_G:
+            turns.append(len(traj.transitions))
+            for t in traj.transitions:
+                n_turns += 1
+                n_tokens += len(t.ac.tokens)
+                n_length += t.ac.stop_reason == "length"
+                if "correct" in t.metrics:
+                    correct.append(float(t.metrics["correct"]))
+                for key in (k for k in t.metrics if k.startswith("grader/")):  # counts: summed
+                    graded[key] += float(t.metrics[key])
+    out: dict[str, float] = {
+        f"{prefix}/reward/mean": float(np.mean(rewards)) if rewards else math.nan,
+        f"{prefix}/reward/std": float(np.std(rewards)) if rewards else math.nan,
+        f"{prefix}/turns": float(np.mean(turns)) if turns else math.nan,
+        f"{prefix}/stop/length": n_length / n_turns if n_turns else math.nan,
+        f"{prefix}/frac_groups_failed": n_failed_groups / len(rollouts) if rollouts else 0.0,
+        "tokens/sampled" if prefix == "env" else f"{prefix}/tokens/sampled": float(n_tokens),
+    }
+    if correct:
+        out[f"{prefix}/correct"] = float(np.mean(correct))
+    for tag, values in by_tag.items():
+        out[f"{prefix}/{tag}/reward/mean"] = float(np.mean(values))
+    n_ends = sum(ends.values())
+    for reason, count in ends.items():
+        out[f"{prefix}/end/{reason}"] = count / n_ends
+    for key, count in failures.items():
+        out[key if prefix == "env" else f"{prefix}/{key}"] = float(count)
+    out |= {f"{prefix}/{key}": total for key, total in graded.items()}
+    return out
+
+
+def mismatch_metrics(batch: RaggedBatch, fb: ttypes.ForwardBackwardOutput) -> dict[str, float]:
+    """Sampler-vs-trainer logprob mismatch and the sampled-token entropy estimate, over the
+    trained positions (``mask_N``)."""
+    outputs = [o["logprobs"].to_numpy().astype(np.float32, copy=False) for o in fb.loss_fn_outputs]
+    if not outputs:
+        return {}
+    trainer_N = np.concatenate(outputs)
+    if trainer_N.shape != batch.logprobs_N.shape:
+        return {}
+    mask_N = batch.mask_N > 0
+    n = int(mask_N.sum())
+    if n == 0:
+        return {}
+    diff = (batch.logprobs_N - trainer_N)[mask_N].astype(np.float64)
+    return {
+        "kl/sample_train_v1": float(diff.mean()),
+        "kl/sample_train_v2": float(0.5 * (diff**2).mean()),
+        "entropy/sampled": float(-batch.logprobs_N[mask_N].astype(np.float64).mean()),
+    }
+
+
+@attrs.define
+class Timers:
+    """Seconds spent per part of a step, logged as ``time/<part>``."""
+
+    values: defaultdict[str, float] = attrs.field(factory=lambda: defaultdict(float))
+
+    def add(self, key: str, seconds: float) -> None:
+        self.values[f"time/{key}"] += seconds
