@@ -221,6 +221,25 @@ def _check_data_files(config_path: Path, recorded: object) -> None:
             )
 
 
+EXTENDABLE = frozenset({"max_steps", "num_steps", "num_epochs"})
+"""Config fields a resume may raise: a finished (or running) run is extended to more steps."""
+
+
+def _extends(key: str, old: object, new: object) -> bool:
+    return (
+        key in EXTENDABLE
+        and isinstance(old, int)
+        and isinstance(new, int)
+        and not isinstance(old, bool)
+        and new > old
+    )
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class RunDir:
     """A run directory (see the module docstring for the layout).
 
@@ -287,12 +306,21 @@ class RunDir:
                     for k in (set(old_json) | set(new_json)) - {_FILES_KEY}
                     if k not in ignore_on_resume and old_json.get(k) != new_json.get(k)
                 )
-                if diff:
+                extended = [k for k in diff if _extends(k, old_json.get(k), new_json.get(k))]
+                rest = [k for k in diff if k not in extended]
+                if rest:
+                    changes = "; ".join(
+                        f"{k}: {_short(old_json.get(k))} -> {_short(new_json.get(k))}" for k in rest
+                    )
                     raise RunExistsError(
-                        f"{run.path} holds a run with a different config (fields {', '.join(diff)}); "
-                        f"use another log directory (--run.log-dir), or {_OVERWRITE}"
+                        f"{run.path} holds a run with a different config (fields {', '.join(rest)}: "
+                        f"{changes}); only a larger {' / '.join(sorted(EXTENDABLE))} may change on "
+                        f"resume; use another log directory (--run.log-dir), or {_OVERWRITE}"
                     )
                 _check_data_files(run.config_path, old_json.get(_FILES_KEY))
+                if extended:  # a longer run: record the new length, so later resumes compare to it
+                    new_json[_FILES_KEY] = old_json.get(_FILES_KEY)
+                    _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
                 return run, True
             for name in _RUN_FILES:
                 (run.path / name).unlink(missing_ok=True)
