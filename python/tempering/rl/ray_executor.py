@@ -179,6 +179,12 @@ class RayExecutor:
         self._num_started = getattr(self, "_num_started", 0) + 1
         return _Worker(self._actor_class.options(**self._options).remote(), index)
 
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Block until every actor has started (its process is up): for benchmarks, and to
+        keep start-up out of the first rollout's time limits."""
+        ray = _ray()
+        ray.get([w.handle.pid.remote() for w in self._workers if not w.dead], timeout=timeout)
+
     @property
     def actors(self) -> list[Any]:
         """The live actor handles (for tests and diagnostics)."""
