@@ -174,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "releasing its models (a client that exited without close(); default 600, 0: never)",
     )
     srv.set_defaults(func=_serve)
+    from tempering.cli.view import add_commands as _add_view_commands
+
+    _add_view_commands(sub)
     args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result
