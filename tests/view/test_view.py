@@ -4,7 +4,6 @@ on); a resumed run, a corrupt Parquet part, a directory that is not a run, a por
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -16,12 +15,8 @@ import attrs
 import pytest
 from starlette.testclient import TestClient
 
-from tempering.backend import ModelConfig
 from tempering.cli import main
-from tempering.envs.tasks import ArithmeticTask
-from tempering.local import ServiceClient
-from tempering.rl.train import RLConfig, train
-from tempering.training import AdamConfig, CheckpointRecord, LRSchedule, RunConfig, RunDir
+from tempering.training import CheckpointRecord, RunDir
 from tempering.view import (
     NotARunError,
     PortInUseError,
@@ -56,22 +51,6 @@ def _sft_run(path: Path) -> Path:
         )
     run.add_checkpoint(CheckpointRecord("000100", 100, 0, 100, "local://state/100", "local://sampler/100"))
     return path
-
-
-@pytest.fixture(scope="module")
-def rl_dir(service: ServiceClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    log_dir = tmp_path_factory.mktemp("rl")
-    config = RLConfig(
-        run=RunConfig(log_dir=str(log_dir), save_every=0, eval_every=0, progress=False),
-        dataset=ArithmeticTask(),
-        model=ModelConfig(lora_rank=4),
-        adam=AdamConfig(learning_rate=1e-2, schedule=LRSchedule("constant")),
-        num_steps=2,
-        max_tokens=6,
-        log_trajectories=True,
-    )
-    asyncio.run(train(config, service=service))
-    return log_dir
 
 
 def test_sft_metrics_grouped_downsampled_and_config(tmp_path: Path) -> None:

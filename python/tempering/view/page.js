@@ -82,7 +82,9 @@ async function init() {
     + `<details><summary>config.json</summary><pre>${esc(JSON.stringify(r.config, null, 2))}</pre></details>`
     + `<table><tr><th>checkpoint</th><th>step</th><th>state</th><th>sampler</th></tr>` + r.checkpoints.map(c => `<tr><td>${esc(c.name)}</td><td>${c.step}</td><td>${esc(c.state_path)}</td><td>${esc(c.sampler_path)}</td></tr>`).join('') + '</table>').join('');
   await drawCurves();
-  if (await loadSteps()) await loadRollouts(false);
+  for (let i = 0; i < RUNS.length; i++)  // show the rollouts of the first run that logged any
+    if ((await api('steps', {run: i})).length) { document.getElementById('run').value = i; break; }
+  if ((await loadSteps()).length) await loadRollouts(false);
   if (!STATIC) setInterval(async () => { await drawCurves(); await loadSteps(); }, 3000);
 }
 window.addEventListener('load', init);
