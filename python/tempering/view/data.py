@@ -11,7 +11,6 @@ as one line per step, the last written winning.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -90,31 +89,47 @@ def downsample(
     if len(x) <= max_points:
         return list(x), list(y)
     n_buckets = max(1, max_points // 2)
-    edges = np.linspace(0, len(x), n_buckets + 1).astype(np.int64)
+    size = -(-len(x) // n_buckets)  # ceil: equal buckets of consecutive points, the last one short
+    ys = np.full(n_buckets * size, np.nan)
+    ys[: len(y)] = np.asarray(y, dtype=np.float64)
+    grid = ys.reshape(n_buckets, size)
+    nan = np.isnan(grid)
+    rows = np.arange(n_buckets)
+    lo = np.where(nan, np.inf, grid).argmin(axis=1)
+    hi = np.where(nan, -np.inf, grid).argmax(axis=1)
+    keep = ~nan.all(axis=1)
+    picks = np.unique(np.concatenate([(rows * size + lo)[keep], (rows * size + hi)[keep]]))
     xs = np.asarray(x, dtype=np.float64)
-    ys = np.asarray(y, dtype=np.float64)
-    out_x: list[float] = []
-    out_y: list[float] = []
-    for lo, hi in itertools.pairwise(edges):
-        if hi <= lo:
-            continue
-        seg = ys[lo:hi]
-        if np.all(np.isnan(seg)):
-            continue
-        i, j = int(np.nanargmin(seg)), int(np.nanargmax(seg))
-        for k in sorted({i, j}):
-            out_x.append(float(xs[lo + k]))
-            out_y.append(float(seg[k]))
-    return out_x, out_y
+    return [float(v) for v in xs[picks]], [float(v) for v in ys[picks]]
 
 
 def _group(name: str) -> str:
     return name.split("/", 1)[0] if "/" in name else "main"
 
 
+_SERIES_CACHE: dict[tuple[Path, int], tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
 def metric_series(run: Run, max_points: int = MAX_POINTS) -> dict[str, Any]:
     """Every numeric metric of the run, one line per step (the last written), downsampled:
-    ``{"groups": {prefix: {metric: {"x": steps, "y": values}}}, "steps": n, "last_step": s}``."""
+    ``{"groups": {prefix: {metric: {"x": steps, "y": values}}}, "steps": n, "last_step": s}``.
+    Read again only when ``metrics.jsonl`` changed (its size or modification time)."""
+    path = RunDir(run.path).metrics_path
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = (0, -1)
+    key = (path.resolve(), max_points)
+    cached = _SERIES_CACHE.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    series = _read_series(run, max_points)
+    _SERIES_CACHE[key] = (stamp, series)
+    return series
+
+
+def _read_series(run: Run, max_points: int) -> dict[str, Any]:
     by_step: dict[int, dict[str, Any]] = {}
     for line in RunDir(run.path).read_metrics():
         step = line.get("step")
