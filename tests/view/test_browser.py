@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -76,3 +77,53 @@ def test_screenshot_is_not_blank(rl_dir: Path, tmp_path: Path) -> None:
     assert hi - lo > 100
     histogram = image.histogram()
     assert max(histogram) < 0.98 * sum(histogram), "the screenshot is (nearly) one colour"
+
+
+@pytest.mark.timeout(300)
+def test_served_page_shows_a_new_step_without_a_reload(tmp_path: Path) -> None:
+    """The trainer writes step 5 right after the page's first metrics request; the page's poll
+    draws it (the DOM is read once, after the page has run ~15 s of virtual time)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from tempering.view import build_app, find_runs
+
+    run, _ = RunDir.open(tmp_path / "live", _Config())
+    for s in range(5):
+        run.append_metrics({"step": s, "loss": 2.0 / (1 + s * s)})
+    app = build_app(find_runs([tmp_path / "live"]))
+    served: list[str] = []
+
+    async def trainer_writes_after_first_load(scope: Any, receive: Any, send: Any) -> None:
+        await app(scope, receive, send)
+        if scope["type"] == "http" and scope["path"] == "/api/metrics" and not served:
+            served.append("first")
+            run.append_metrics({"step": 5, "loss": 0.5})  # no 3 points collinear
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(trainer_writes_after_first_load, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.1)
+        dom = _chromium("--dump-dom", f"http://127.0.0.1:{port}/").stdout
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert served == ["first"]
+    assert "live: 6 steps" in dom
+    chart = dom[dom.index('id="chart-loss"') :]
+    end = chart.find('id="chart-', 1)
+    chart = chart if end < 0 else chart[:end]
+    (line,) = re.findall(r'<path class="js-line" d="M([^"]+)"', chart)
+    assert len(line.split("L")) == 6
