@@ -15,6 +15,7 @@ import attrs
 import pytest
 from starlette.testclient import TestClient
 
+from tempering.backend import load_tokenizer
 from tempering.cli import main
 from tempering.training import CheckpointRecord, RunDir
 from tempering.view import (
@@ -111,6 +112,11 @@ def test_rl_rollouts_paged_sorted_and_corrupt_part_skipped(rl_dir: Path) -> None
     assert isinstance(ep["advantage"], float)
     assert ep["turns"][0]["ac_tokens"]
     assert len(ep["turns"][0]["ac_logprobs"]) == len(ep["turns"][0]["ac_tokens"])
+    # The tiny model's tokenizer is built in: every token is shown as its text.
+    tokenizer = load_tokenizer("tempering/tiny")
+    for turn in ep["turns"]:
+        assert turn["ac_pieces"] == [tokenizer.decode([t]) for t in turn["ac_tokens"]]
+        assert len(turn["ac_pieces"]) == len(turn["ac_tokens"])
     text = json.loads((rl_dir / "trajectories/text/step-000001.jsonl").read_text().splitlines()[0])
     by_id = {e["episode_id"]: e for e in full["episodes"]}
     assert by_id[text["episode_id"]]["turns"][0]["action"] == text["turns"][0]["action"]

@@ -11,6 +11,7 @@ as one line per step, the last written winning.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -23,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tempering.backend import load_tokenizer
 from tempering.training.rundir import RunDir
 
 __all__ = [
@@ -179,9 +181,32 @@ def _text_records(run: Run, step: int) -> dict[str, dict[str, Any]]:
     return out
 
 
+@functools.cache
+def _tokenizer(base_model: str) -> Any:
+    """The run's tokenizer when it can be had offline (the built-in tiny model, or a local
+    model directory); ``None`` otherwise (the viewer never downloads)."""
+    if base_model != "tempering/tiny" and not Path(base_model).is_dir():
+        return None
+    try:
+        return load_tokenizer(base_model)
+    except (OSError, ValueError, ImportError):
+        return None
+
+
+def _run_tokenizer(run: Run) -> Any:
+    try:
+        config = json.loads((run.path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    model = config.get("model") if isinstance(config, dict) else None
+    base = model.get("base_model") if isinstance(model, dict) else None
+    return _tokenizer(base) if isinstance(base, str) else None
+
+
 def rollout_page(run: Run, step: int, offset: int = 0, limit: int = 20, sort: str = "best") -> dict[str, Any]:
     """One page of step ``step``'s episodes: reward, advantage, tags, per turn the decoded
-    observation and action (when the run logged text) and the action's tokens and logprobs.
+    observation and action (when the run logged text) and the action's tokens and logprobs
+    (and each token's text, ``ac_pieces``, when the run's tokenizer is available offline).
 
     ``sort``: ``best`` (highest total reward first), ``worst`` or ``order`` (group, member).
     A part that cannot be read gives no episodes and a ``note`` naming the file."""
@@ -225,7 +250,11 @@ def rollout_page(run: Run, step: int, offset: int = 0, limit: int = 20, sort: st
                 end_reason=row["end_reason"],
             )
     texts = _text_records(run, step)
+    tokenizer = _run_tokenizer(run)
     for ep in episodes.values():
+        if tokenizer is not None:
+            for turn in ep["turns"]:
+                turn["ac_pieces"] = [str(tokenizer.decode([t])) for t in turn["ac_tokens"]]
         rec = texts.get(ep["episode_id"])
         rec_turns: list[Any] = rec.get("turns", []) if rec else []
         for i, turn in enumerate(ep["turns"]):

@@ -66,7 +66,7 @@ async function loadRollouts(more) {
   for (const ep of page.episodes || []) {
     if (!isNaN(minr) && (ep.total_reward ?? 0) < minr) continue;
     const turns = ep.turns.map(t => {
-      const toks = t.ac_tokens.map((tok, k) => `<span class=tok style="background:${color(ep.advantage)}" title="token ${tok}, logprob ${t.ac_logprobs ? t.ac_logprobs[k].toFixed(3) : 'n/a'}">${tok}</span>`).join(' ');
+      const toks = t.ac_tokens.map((tok, k) => `<span class=tok style="background:${color(ep.advantage)}" title="token ${tok}, logprob ${t.ac_logprobs ? t.ac_logprobs[k].toFixed(3) : 'n/a'}">${t.ac_pieces ? esc(t.ac_pieces[k]) : tok}</span>`).join(' ');
       const act = t.action != null ? `<pre style="background:${color(ep.advantage)}">${esc(t.action)}</pre>` : '';
       return `<div><b>turn ${t.turn}</b> reward ${t.reward}<pre>${esc(t.observation)}</pre>${act}<details><summary>tokens</summary>${toks}</details></div>`;
     }).join('');
