@@ -122,6 +122,16 @@ def test_rl_rollouts_paged_sorted_and_corrupt_part_skipped(rl_dir: Path) -> None
     assert by_id[text["episode_id"]]["turns"][0]["action"] == text["turns"][0]["action"]
     page = client.get("/api/rollouts", params={"step": 1, "offset": 1, "limit": 1, "sort": "best"}).json()
     assert page["episodes"] == full["episodes"][1:2]
+    assert full["end_reasons"]
+    for reason in full["end_reasons"]:
+        only = client.get("/api/rollouts", params={"step": 1, "limit": 200, "end_reason": reason}).json()
+        assert only["total"] >= 1
+        assert {e["end_reason"] for e in only["episodes"]} == {reason}
+    for tag in full["tags"]:
+        only = client.get("/api/rollouts", params={"step": 1, "limit": 200, "tag": tag}).json()
+        assert all(tag in e["tags"] for e in only["episodes"])
+    none = client.get("/api/rollouts", params={"step": 1, "tag": "no-such-tag"}).json()
+    assert none["total"] == 0
     worst = client.get("/api/rollouts", params={"step": 1, "limit": 200, "sort": "worst"}).json()
     assert [e["total_reward"] for e in worst["episodes"]] == sorted(rewards)
 

@@ -5,7 +5,7 @@ JSON endpoints (every one answers 200 or a 4xx with ``{"error": ...}``, never a 
     GET /api/runs                                   name, path, config, checkpoints of each run
     GET /api/metrics?run=I                          the run's curves, grouped by prefix, downsampled
     GET /api/steps?run=I                            the steps with a trajectory-log part
-    GET /api/rollouts?run=I&step=S&offset=O&limit=L&sort=best|worst|order
+    GET /api/rollouts?run=I&step=S&offset=O&limit=L&sort=best|worst|order&tag=T&end_reason=E
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ def build_app(runs: Sequence[Run]) -> Starlette:
                     offset=max(0, _int(r, "offset", 0)),
                     limit=min(200, max(1, _int(r, "limit", 20))),
                     sort=r.query_params.get("sort", "best"),
+                    tag=r.query_params.get("tag", ""),
+                    end_reason=r.query_params.get("end_reason", ""),
                 )
             ),
         ),

@@ -203,12 +203,23 @@ def _run_tokenizer(run: Run) -> Any:
     return _tokenizer(base) if isinstance(base, str) else None
 
 
-def rollout_page(run: Run, step: int, offset: int = 0, limit: int = 20, sort: str = "best") -> dict[str, Any]:
+def rollout_page(
+    run: Run,
+    step: int,
+    offset: int = 0,
+    limit: int = 20,
+    sort: str = "best",
+    *,
+    tag: str = "",
+    end_reason: str = "",
+) -> dict[str, Any]:
     """One page of step ``step``'s episodes: reward, advantage, tags, per turn the decoded
     observation and action (when the run logged text) and the action's tokens and logprobs
     (and each token's text, ``ac_pieces``, when the run's tokenizer is available offline).
 
     ``sort``: ``best`` (highest total reward first), ``worst`` or ``order`` (group, member).
+    ``tag`` / ``end_reason``: only the episodes with that logging tag / end reason (``""``: all);
+    the answer lists the step's ``tags`` and ``end_reasons`` to choose from.
     A part that cannot be read gives no episodes and a ``note`` naming the file."""
     part = _rl_dir(run) / f"step-{step:06d}.parquet"
     empty: dict[str, Any] = {"step": step, "total": 0, "episodes": [], "notes": []}
@@ -261,7 +272,12 @@ def rollout_page(run: Run, step: int, offset: int = 0, limit: int = 20, sort: st
             if i < len(rec_turns) and isinstance(rec_turns[i], dict):
                 turn["observation"] = rec_turns[i].get("observation")
                 turn["action"] = rec_turns[i].get("action")
-    ordered = list(episodes.values())
+    every = list(episodes.values())
+    ordered = [
+        e
+        for e in every
+        if (not tag or tag in e["tags"]) and (not end_reason or e.get("end_reason") == end_reason)
+    ]
     if sort in ("best", "worst"):
         ordered.sort(key=lambda e: float(e.get("total_reward") or 0.0), reverse=sort == "best")
     else:
@@ -270,6 +286,8 @@ def rollout_page(run: Run, step: int, offset: int = 0, limit: int = 20, sort: st
     return {
         "step": step,
         "total": len(ordered),
+        "tags": sorted({t for e in every for t in e["tags"]}),
+        "end_reasons": sorted({str(e.get("end_reason")) for e in every}),
         "episodes": ordered[offset : offset + limit],
         "notes": notes,
     }

@@ -5,7 +5,9 @@ async function api(path, params) {
     if (path === 'metrics') return DATA.metrics[params.run];
     if (path === 'steps') return DATA.steps[params.run];
     const page = DATA.rollouts[params.run + ':' + params.step] || {episodes: [], total: 0, notes: []};
-    return page;
+    const eps = (page.episodes || []).filter(e => (!params.tag || e.tags.includes(params.tag))
+      && (!params.end_reason || e.end_reason === params.end_reason));
+    return {...page, episodes: eps, total: eps.length};
   }
   const q = new URLSearchParams(params).toString();
   const r = await fetch('/api/' + path + '?' + q);
@@ -54,12 +56,20 @@ async function loadSteps() {
   return steps;
 }
 let offset = 0;
+function fillSelect(id, values, current) {
+  const sel = document.getElementById(id);
+  sel.innerHTML = '<option value="">all</option>' + values.map(v => `<option>${esc(v)}</option>`).join('');
+  sel.value = values.includes(current) ? current : '';
+}
 async function loadRollouts(more) {
   const run = +document.getElementById('run').value, step = document.getElementById('step').value;
   if (step === '') return;
   if (!more) offset = 0;
   const sort = document.getElementById('sort').value, minr = parseFloat(document.getElementById('minr').value);
-  const page = await api('rollouts', {run, step, offset, limit: 20, sort});
+  const tag = document.getElementById('tag').value, end_reason = document.getElementById('end').value;
+  const page = await api('rollouts', {run, step, offset, limit: 20, sort, tag, end_reason});
+  fillSelect('tag', page.tags || [], tag);
+  fillSelect('end', page.end_reasons || [], end_reason);
   const tbody = document.getElementById('episodes');
   if (!more) tbody.innerHTML = '';
   document.getElementById('rnotes').textContent = (page.notes || []).join('; ');
