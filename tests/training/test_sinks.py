@@ -3,6 +3,7 @@ each read back with the tool's own reader."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import struct
 from collections.abc import Iterator
@@ -73,7 +74,9 @@ def test_wandb_sink_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.Mo
     pytest.importorskip(
         "wandb", reason="the logging extra (wandb) is not installed: pip install -e .[logging]"
     )
-    from wandb.proto import wandb_internal_pb2  # wandb's own record schema
+    wandb_internal_pb2: Any = importlib.import_module(
+        "wandb.proto.wandb_internal_pb2"
+    )  # wandb's record schema
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))

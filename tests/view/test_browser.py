@@ -73,7 +73,8 @@ def test_screenshot_is_not_blank(rl_dir: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
     _chromium(f"--screenshot={shot}", "--window-size=1280,1600", _page(rl_dir, tmp_path).as_uri())
     image = Image.open(shot).convert("L")
-    lo, hi = image.getextrema()
+    extrema: Any = image.getextrema()  # (min, max) of a one-band image
+    lo, hi = int(extrema[0]), int(extrema[1])
     assert hi - lo > 100
     histogram = image.histogram()
     assert max(histogram) < 0.98 * sum(histogram), "the screenshot is (nearly) one colour"
