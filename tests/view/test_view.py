@@ -188,6 +188,8 @@ def test_recipe_dir_of_stages_is_several_runs(tmp_path: Path) -> None:
     _sft_run(tmp_path / "demo" / "sft")
     _sft_run(tmp_path / "demo" / "rl")
     assert [r.name for r in find_runs([tmp_path / "demo"])] == ["demo/rl", "demo/sft"]
+    _sft_run(tmp_path / "demo")  # a run of its own beside its stages
+    assert [r.name for r in find_runs([tmp_path / "demo"])] == ["demo", "demo/rl", "demo/sft"]
 
 
 def test_port_in_use_is_a_named_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,7 +61,8 @@ def _is_run(path: Path) -> bool:
 
 
 def find_runs(paths: Sequence[str | Path]) -> list[Run]:
-    """The runs named by ``paths``: a run directory, or a recipe's directory of stage runs.
+    """The runs named by ``paths``: a run directory, a recipe's directory of stage runs (each
+    subdirectory holding a run is one), or both (a run directory with stage runs inside).
 
     Raises :class:`NotARunError` naming each path and what it lacks."""
     runs: list[Run] = []
@@ -69,11 +70,10 @@ def find_runs(paths: Sequence[str | Path]) -> list[Run]:
         path = Path(raw)
         if not path.is_dir():
             raise NotARunError(f"{path}: no such directory (expected a run directory)")
+        stages = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
         if _is_run(path):
             runs.append(Run(path.resolve().name, path))
-            continue
-        stages = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
-        if not stages:
+        elif not stages:
             raise NotARunError(
                 f"{path} is not a run directory: it has no config.json and no metrics.jsonl "
                 "(written by tempering sft|dpo|rm|rl and the recipes), and no stage "
