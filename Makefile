@@ -16,12 +16,13 @@ RUST_SRC := Cargo.toml $(wildcard Cargo.lock) $(shell find rust -name '*.rs' -o 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels check-wheels fmt clean
+.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels check-wheels fmt clean test-browser
 
 help:
 	@echo "make demo   - run the main job on the local engine (installs what is missing)"
 	@echo "make test   - cargo test, pytest, pyright strict, ruff, clippy, stubtest"
 	@echo "make bench  - benchmarks (pytest-benchmark)"
+	@echo "make test-browser - tempering view's page in headless Chromium (installs Debian's chromium if missing)"
 	@echo "make wheels - build manylinux2014 wheels for tempering and tempering-protocols into target/wheels"
 	@echo "make check-wheels - install those wheels into a fresh virtualenv and import them"
 
@@ -75,6 +76,12 @@ stubtest: build
 
 test: build test-rust test-python typecheck lint stubtest
 	@echo "make test: all checks passed"
+
+# tempering view's page in a real headless Chromium (Debian's package; no browser downloads).
+test-browser: build
+	command -v chromium >/dev/null || { $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -q && \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q chromium; }
+	$(PY) -m pytest -q -p no:randomly tests/view/test_browser.py
 
 bench: build
 	$(PY) -m pytest tests/benchmarks -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,max,rounds

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "tempering.sft",
                 "tempering.preference",
                 "tempering.training",
+                "tempering.view",
             }
         ),
     ),

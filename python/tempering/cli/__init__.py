@@ -238,6 +238,9 @@ def _main(args_list: list[str]) -> int:
     from tempering.cli.weights import add_commands
 
     add_commands(sub)
+    from tempering.cli.view import add_commands as _add_view_commands
+
+    _add_view_commands(sub)
     args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result
