@@ -28,11 +28,26 @@ from test_rollouts import ScriptedPolicy
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
 from tempering.rl.rollouts import RolloutConfig, rollout_batch
 
-GROUPS = int(os.environ.get("BENCH_GROUPS", "64"))
 MEMBERS = 8
 TURNS = 4
-CPU_S = float(os.environ.get("BENCH_CPU_S", "0.05"))
 RL_DIR = str(Path(__file__).resolve().parents[1] / "rl")
+
+
+@pytest.fixture(autouse=True)
+def _workload(request: pytest.FixtureRequest) -> None:
+    """The full workload under ``make bench``; a tiny smoke run under plain pytest (where the
+    benchmark fixture calls each function once)."""
+    config = request.config
+    timing = bool(config.getoption("benchmark_enable")) or not config.getoption("benchmark_disable")
+    global GROUPS, CPU_S
+    GROUPS = int(os.environ.get("BENCH_GROUPS", "64")) if timing else 2
+    CPU_S = float(os.environ.get("BENCH_CPU_S", "0.05")) if timing else 0.001
+    if not timing and "ray" in request.node.name:
+        pytest.skip("Ray benchmarks run under make bench only (tests/rl/test_ray_executor.py tests Ray)")
+
+
+GROUPS = 64
+CPU_S = 0.05
 
 
 def _batch(executor: RolloutExecutor) -> float:
