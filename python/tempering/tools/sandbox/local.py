@@ -218,6 +218,7 @@ class LocalSandbox:
             if proc is not None and proc.returncode is None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(proc.wait()), 5.0)
+            _close_pipes(proc)
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _launch_config(
@@ -390,6 +391,19 @@ class _Collect:
         finally:
             for task in tasks:
                 task.cancel()
+
+
+def _close_pipes(proc: asyncio.subprocess.Process | None) -> None:
+    """Close the process's pipes and transport: after a cancellation nobody reads them to EOF,
+    and asyncio would otherwise leave the file descriptors open until garbage collection.
+    (``Process`` has no public close; its transport is the documented ``SubprocessTransport``.)"""
+    if proc is None:
+        return
+    transport = getattr(proc, "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
 
 
 def _signal_group(proc: asyncio.subprocess.Process | None) -> None:
