@@ -313,9 +313,9 @@ class RunDir:
                         f"{k}: {_short(old_json.get(k))} -> {_short(new_json.get(k))}" for k in rest
                     )
                     raise RunExistsError(
-                        f"{run.path} holds a run with a different config (fields {', '.join(rest)}: "
-                        f"{changes}); only a larger {' / '.join(sorted(EXTENDABLE))} may change on "
-                        f"resume; use another log directory (--run.log-dir), or {_OVERWRITE}"
+                        f"{run.path} holds a run with a different config (fields {changes}); only a "
+                        f"larger {' / '.join(sorted(EXTENDABLE))} may change on resume; use another "
+                        f"log directory (--run.log-dir), or {_OVERWRITE}"
                     )
                 _check_data_files(run.config_path, old_json.get(_FILES_KEY))
                 if extended:  # a longer run: record the new length, so later resumes compare to it
