@@ -9,6 +9,7 @@ against (benchmarks). Nothing outside the tests uses it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -218,7 +219,9 @@ def compute_advantages(
             var = 0.0
             for x in r:
                 var += (x - mean) * (x - mean)
-            denom = (var / n) ** 0.5 + 1e-6
+            # math.sqrt is correctly rounded (IEEE 754); x ** 0.5 goes through libm's pow, which
+            # may differ in the last bit.
+            denom = math.sqrt(var / n) + 1e-6
             adv = [a / denom for a in adv]
         out.append(adv)
     return out
