@@ -16,13 +16,14 @@ RUST_SRC := Cargo.toml $(wildcard Cargo.lock) $(shell find rust -name '*.rs' -o 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels check-wheels fmt clean test-browser
+.PHONY: help install build test test-rust test-python typecheck lint stubtest bench demo wheels check-wheels fmt clean test-browser lock
 
 help:
 	@echo "make demo   - run the main job on the local engine (installs what is missing)"
 	@echo "make test   - cargo test, pytest, pyright strict, ruff, clippy, stubtest"
 	@echo "make bench  - benchmarks (pytest-benchmark)"
 	@echo "make test-browser - tempering view's page in headless Chromium (installs Debian's chromium if missing)"
+	@echo "make lock   - upgrade the dependencies within pyproject's ranges and record them in constraints.txt"
 	@echo "make wheels - build manylinux2014 wheels for tempering and tempering-protocols into target/wheels"
 	@echo "make check-wheels - install those wheels into a fresh virtualenv and import them"
 
@@ -31,20 +32,30 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # Python dependencies, reinstalled when a pyproject changes.
-$(STAMP): $(PY) pyproject.toml protocols/pyproject.toml
+$(STAMP): $(PY) pyproject.toml protocols/pyproject.toml constraints.txt
 	$(PY) -m pip install -q -e protocols
 	$(PY) -m pip install -q "maturin>=1.7,<2"
 	$(PY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 	  deps = [x for x in d["dependencies"] if not x.startswith("tempering-protocols")]; \
 	  deps += [x for extra in d["optional-dependencies"].values() for x in extra]; \
 	  open("$(VENV)/requirements.txt", "w").write("\n".join(deps) + "\n")'
-	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	# Within the versions the suite last passed with (a new upstream release cannot break a clean
+	# clone's `make test`); `make lock` moves them forward.
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt -c constraints.txt
 	# The Tinker Cookbook, as a test-only oracle for the renderers (not a runtime dependency).
 	$(PY) -m pip install -q --no-deps "tinker-cookbook==0.6.1"
-	$(PY) -m pip install -q blobfile chz  # imported by the cookbook's supervised data module (benchmarks)
+	$(PY) -m pip install -q -c constraints.txt blobfile chz  # imported by the cookbook's supervised data module (benchmarks)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Upgrade every dependency to the newest release pyproject allows and record the result; run
+# `make test` afterwards and commit constraints.txt only when it passes.
+lock: $(STAMP)
+	$(PY) -m pip install -q --upgrade -r $(VENV)/requirements.txt
+	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable \
+	  | grep -v -i -e '^tinker-cookbook==' -e '^tempering==' -e '^tempering-protocols==' -e ' @ '; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # The extension, rebuilt (release mode) when any Rust source changes; installed editable.
 # The development build turns on the test and benchmark hooks (`_core._alloc_stats`,

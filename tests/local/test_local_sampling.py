@@ -12,8 +12,10 @@ import pytest
 import tinker
 import torch
 from local_helpers import reference_model, sft_datum
+from transformers import DynamicCache
 
 from tempering.local import LocalSamplingClient, LocalTrainingClient, ServiceClient
+from tempering.local.decoding import cache_kwargs
 from tempering.local.tiny import TINY_MODEL
 
 PROMPT = tinker.ModelInput.from_ints([258, 117, 115, 101, 114, 10, 104, 105, 259, 10, 258, 97, 10])
@@ -289,3 +291,34 @@ def test_sampling_errors(sampler: LocalSamplingClient) -> None:
         sampler.sample(PROMPT, 1, tinker.SamplingParams(max_tokens=2, top_p=0.0)).result()
     # The client still works afterwards.
     assert len(_sample(sampler, 1, max_tokens=2, seed=0).sequences) == 1
+
+
+class _OldForward(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor, past_key_values: object = None) -> None: ...
+
+
+class _NewForward(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor, cache: object = None) -> None: ...
+
+
+class _Wrapper(torch.nn.Module):
+    """Shaped like a PEFT model: keywords pass through to what ``get_base_model`` returns."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def get_base_model(self) -> torch.nn.Module:
+        return self.inner
+
+    def forward(self, *args: object, **kwargs: object) -> None: ...
+
+
+def test_the_cache_keyword_follows_the_models_forward() -> None:
+    """transformers 5.24 renamed ``past_key_values`` to ``cache``; the decoder passes whichever
+    the (wrapped) model's forward declares, so neither version warns or drops the cache."""
+    cache = DynamicCache()
+    assert cache_kwargs(_OldForward(), cache) == {"past_key_values": cache}
+    assert cache_kwargs(_NewForward(), cache) == {"cache": cache}
+    assert cache_kwargs(_Wrapper(_NewForward()), cache) == {"cache": cache}
+    assert cache_kwargs(_Wrapper(_OldForward()), cache) == {"past_key_values": cache}

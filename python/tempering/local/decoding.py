@@ -5,6 +5,8 @@ merging and the decode loop. The semantics (logprobs, stopping, seeds) are descr
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 import secrets
@@ -26,6 +28,29 @@ from tempering.local.model import Placement
 
 MAX_BATCH_ROWS = 256
 """At most this many sequences decode together when requests are coalesced."""
+
+
+@functools.cache
+def _cache_keyword(model_type: type[nn.Module]) -> str:
+    forward = getattr(model_type, "forward", None)
+    params = inspect.signature(forward).parameters if forward is not None else {}
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_kwargs(model: nn.Module, cache: DynamicCache) -> dict[str, DynamicCache]:
+    """The keyword argument that hands ``cache`` to ``model``'s forward.
+
+    transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (the old name
+    warns until 5.40, and the test suite turns warnings into errors); earlier versions know only
+    ``past_key_values``. A PEFT wrapper forwards keywords to the model it wraps, so the wrapped
+    model's signature decides."""
+    inner = model
+    while (unwrap := getattr(inner, "get_base_model", None)) is not None and callable(unwrap):
+        nxt = unwrap()
+        if not isinstance(nxt, nn.Module) or nxt is inner:
+            break
+        inner = nxt
+    return {_cache_keyword(type(inner)): cache}
 
 
 @dataclass(frozen=True)
@@ -169,7 +194,8 @@ def prefill(
     positions with ``all_logits``, else only the last, ``[1, V]``)."""
     cache = DynamicCache()
     ids = torch.tensor([prompt], dtype=torch.long, device=device)
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=0 if all_logits else 1)
+    keep = 0 if all_logits else 1
+    out = model(input_ids=ids, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=keep)
     return cache, out.logits[0].float()
 
 
@@ -410,11 +436,11 @@ class Decoder:
                     input_ids=nxt.unsqueeze(1),
                     attention_mask=attention,
                     position_ids=(positions + t).unsqueeze(1),
-                    past_key_values=cache,
+                    **cache_kwargs(model, cache),
                     use_cache=True,
                 )
             else:
-                out = model(input_ids=nxt.unsqueeze(1), past_key_values=cache, use_cache=True)
+                out = model(input_ids=nxt.unsqueeze(1), **cache_kwargs(model, cache), use_cache=True)
             logits = out.logits[:, -1, :].float()
 
     def _stop_strings_hit(
