@@ -158,22 +158,15 @@ class CodeGrading:
             raise ValueError(f"CodeGrading.reward must be 'fraction' or 'all', got {self.reward!r}")
 
 
+@attrs.define(eq=False)
 class CodeEnv(SingleReplyEnv):
     """One problem, one reply, graded by its tests in the sandbox. Single-use."""
 
-    def __init__(
-        self,
-        problem: CodeProblem,
-        renderer: Renderer,
-        grading: CodeGrading,
-        *,
-        system_prompt: str | None = CODE_SYSTEM_PROMPT,
-    ) -> None:
-        self.problem = problem
-        self.renderer = renderer
-        self.grading = grading
-        self.system_prompt = system_prompt
-        self._done = False
+    problem: CodeProblem
+    renderer: Renderer
+    grading: CodeGrading
+    system_prompt: str | None = attrs.field(default=CODE_SYSTEM_PROMPT, kw_only=True)
+    _done: bool = attrs.field(init=False, default=False)
 
     def messages(self) -> list[Message]:
         return code_messages(self.problem, self.system_prompt)

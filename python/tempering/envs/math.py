@@ -75,6 +75,7 @@ class MathRewards:
         return reward, {**metrics, "correct": correct, "format": formatted}
 
 
+@attrs.define(eq=False)
 class MathEnv(SingleReplyEnv):
     """One math question, one graded reply. Single-use.
 
@@ -85,21 +86,12 @@ class MathEnv(SingleReplyEnv):
         result = await env.step(sampled_tokens)   # result.metrics["correct"], ["format"]
     """
 
-    def __init__(
-        self,
-        problem: MathProblem,
-        renderer: Renderer,
-        rewards: MathRewards,
-        *,
-        instruction: str | None = DEFAULT_INSTRUCTION,
-        system_prompt: str | None = None,
-    ) -> None:
-        self.problem = problem
-        self.renderer = renderer
-        self.rewards = rewards
-        self.instruction = instruction
-        self.system_prompt = system_prompt
-        self._done = False
+    problem: MathProblem
+    renderer: Renderer
+    rewards: MathRewards
+    instruction: str | None = attrs.field(default=DEFAULT_INSTRUCTION, kw_only=True)
+    system_prompt: str | None = attrs.field(default=None, kw_only=True)
+    _done: bool = attrs.field(init=False, default=False)
 
     def messages(self) -> list[Message]:
         return prompt_messages(self.problem.question, self.instruction, self.system_prompt)
