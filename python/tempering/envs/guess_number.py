@@ -57,6 +57,7 @@ from tempering.envs.guess_number_play import (
     random_consistent_guess,
 )
 from tempering.envs.message import GameEnvAdapter, MessageStepResult
+from tempering.envs.problem import RepeatedEnvGroup
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -216,7 +217,7 @@ class GuessNumberEnv(GameEnvAdapter[GuessNumberGame]):
 
 
 @attrs.frozen
-class GuessNumberGroupBuilder(EnvGroupBuilder):
+class GuessNumberGroupBuilder(RepeatedEnvGroup):
     """``group_size`` games with one secret. Frozen and small: it pickles (the renderer must).
 
     Example::
@@ -254,11 +255,8 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
             invalid_reward=self.invalid_reward,
         )
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [GuessNumberEnv(self.game(), self.renderer) for _ in range(self.group_size)]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        return GuessNumberEnv(self.game(), self.renderer)
 
 
 @attrs.frozen

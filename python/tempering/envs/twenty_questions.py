@@ -38,6 +38,7 @@ import attrs
 import numpy as np
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
+from tempering.envs.problem import RepeatedEnvGroup
 from tempering_protocols import Env, EnvGroupBuilder, Message, MessageCompleter, Metrics, Renderer, Trajectory
 
 __all__ = [
@@ -195,7 +196,7 @@ class TwentyQuestionsEnv:
 
 
 @attrs.frozen
-class TwentyQuestionsGroupBuilder(EnvGroupBuilder):
+class TwentyQuestionsGroupBuilder(RepeatedEnvGroup):
     """``group_size`` games with the same ``secret`` against ``answerer``."""
 
     secret: WordEntry
@@ -209,27 +210,22 @@ class TwentyQuestionsGroupBuilder(EnvGroupBuilder):
     max_context_tokens: int | None = None
     tag: str = "twenty_questions"
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [
-            MessageEnvAdapter(
-                TwentyQuestionsEnv(
-                    self.secret,
-                    self.words,
-                    self.answerer,
-                    max_turns=self.max_turns,
-                    turn_cost=self.turn_cost,
-                    answer_timeout_s=self.answer_timeout_s,
-                ),
-                self.renderer,
-                max_context_tokens=self.max_context_tokens,
-                on_parse_error="penalty",
-                penalty=0.0,
-            )
-            for _ in range(self.group_size)
-        ]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        game = TwentyQuestionsEnv(
+            self.secret,
+            self.words,
+            self.answerer,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            answer_timeout_s=self.answer_timeout_s,
+        )
+        return MessageEnvAdapter(
+            game,
+            self.renderer,
+            max_context_tokens=self.max_context_tokens,
+            on_parse_error="penalty",
+            penalty=0.0,
+        )
 
 
 class TwentyQuestionsDataset:
