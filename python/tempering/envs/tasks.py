@@ -44,18 +44,20 @@ class LowercaseTask:
         renderer = load_renderer(self.base_model, self.renderer_name)
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
 
-        train = ProblemDataset(
-            problems,
-            renderer,
-            lowercase_fraction,
-            batch_size=self.batch_size,
-            group_size=self.group_size,
-            seed=self.seed,
-            n_batches=self.n_batches,
-            format_coef=0.0,
-            tag="lowercase",
-        )
-        return train, attrs.evolve(train, seed=self.seed + 1, n_batches=self.n_test_batches)
+        def make(n: int, seed: int) -> ProblemDataset:
+            return ProblemDataset(
+                problems,
+                renderer,
+                lowercase_fraction,
+                batch_size=self.batch_size,
+                group_size=self.group_size,
+                seed=seed,
+                n_batches=n,
+                format_coef=0.0,
+                tag="lowercase",
+            )
+
+        return make(self.n_batches, self.seed), make(self.n_test_batches, self.seed + 1)
 
 
 @attrs.frozen(kw_only=True)
@@ -84,15 +86,20 @@ class ArithmeticTask:
                     out.append(Problem(messages[0]["content"], messages[1]["content"]))
             return out
 
-        train = ProblemDataset(
-            problems("arithmetic_chat.jsonl"),
-            renderer,
-            first_number_match,
-            batch_size=self.batch_size,
-            group_size=self.group_size,
-            seed=self.seed,
-            n_batches=self.n_batches,
-            tag="arithmetic",
+        def make(items: list[Problem], n: int | None, seed: int) -> ProblemDataset:
+            return ProblemDataset(
+                items,
+                renderer,
+                first_number_match,
+                batch_size=self.batch_size,
+                group_size=self.group_size,
+                seed=seed,
+                n_batches=n,
+                tag="arithmetic",
+            )
+
+        test_items = problems("arithmetic_chat_test.jsonl")
+        return (
+            make(problems("arithmetic_chat.jsonl"), self.n_batches, self.seed),
+            make(test_items, 1, self.seed + 1),
         )
-        test = problems("arithmetic_chat_test.jsonl")
-        return train, attrs.evolve(train, problems=test, n_batches=1, seed=self.seed + 1)
