@@ -36,7 +36,7 @@ import numpy as np
 
 from tempering.assets import resolve_data_path
 from tempering.backend import load_renderer
-from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
+from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, held_out, prompt_messages
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
 from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset, Sandbox
 
@@ -267,14 +267,5 @@ class CodeTask:
             self.n_batches,
             self.system_prompt,
         )
-        test_ds = CodeDataset(
-            test,
-            renderer,
-            self.grading,
-            len(test),
-            self.test_group_size,
-            self.seed + 1,
-            1,
-            self.system_prompt,
-        )
+        test_ds = held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)
         return train_ds, test_ds

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 import numpy as np
@@ -49,11 +49,13 @@ __all__ = [
     "batch_picks",
     "exact_match",
     "first_number_match",
+    "held_out",
     "lowercase_fraction",
     "prompt_messages",
 ]
 
 P = TypeVar("P")
+D = TypeVar("D", bound=attrs.AttrsInstance)
 
 Grader = Callable[[str, str], float]
 """``grader(response_text, reference_answer) -> correctness in [0, 1]``; must pickle (a
@@ -220,6 +222,14 @@ def batch_picks(n: int, batch_size: int, seed: int, index: int) -> list[int]:
     epoch, within = divmod(index, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(n)
     return [int(order[(within * batch_size + i) % n]) for i in range(batch_size)]
+
+
+def held_out(dataset: D, problems: Sequence[Any], *, group_size: int, seed: int) -> D:
+    """A task's test set: ``dataset``'s settings over ``problems``, all of them in one batch,
+    ``group_size`` replies each, seeded by ``seed``."""
+    return attrs.evolve(
+        dataset, problems=problems, batch_size=len(problems), group_size=group_size, n_batches=1, seed=seed
+    )
 
 
 class SeededBatches(Generic[P]):
