@@ -26,16 +26,16 @@ Example::
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, cast
 
 import attrs
 import numpy as np
 
 from tempering.assets import resolve_data_path
 from tempering.backend import load_renderer
+from tempering.data import RowError, parse_rows
 from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, held_out, prompt_messages
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
 from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset, Sandbox
@@ -73,11 +73,28 @@ class CodeProblem:
     solution: str | None = None
 
 
-def _field(row: dict[str, Any], key: str, where: str) -> str:
+def _field(row: Mapping[str, object], key: str) -> str:
     value = row.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+        raise RowError(f"{key!r} must be a non-empty string, got {value!r}")
     return value
+
+
+def _code_problem(row: object) -> CodeProblem:
+    """The problem in a ``{"id", "prompt", "tests": [...], "solution"?}`` row."""
+    if not isinstance(row, Mapping):
+        raise RowError("a row must be a JSON object")
+    fields = cast("Mapping[str, object]", row)
+    tests = fields.get("tests")
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):  # pyright: ignore[reportUnknownVariableType]
+        raise RowError("'tests' must be a non-empty list of Python statements (strings)")
+    solution = fields.get("solution")
+    return CodeProblem(
+        _field(fields, "id"),
+        _field(fields, "prompt"),
+        tuple(str(t) for t in tests),  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        solution if isinstance(solution, str) else None,
+    )
 
 
 def load_code_problems(path: str = CODE_PROBLEMS) -> list[CodeProblem]:
@@ -91,33 +108,11 @@ def load_code_problems(path: str = CODE_PROBLEMS) -> list[CodeProblem]:
         raise FileNotFoundError(f"code problems: no file at {file} (from {path!r})")
     problems: list[CodeProblem] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{file}:{lineno}"
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise ValueError(f"{where}: not JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}: a row must be a JSON object")
-        row_dict: dict[str, Any] = row  # pyright: ignore[reportUnknownVariableType]
-        tests: object = row_dict.get("tests")
-        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):  # pyright: ignore[reportUnknownVariableType]
-            raise ValueError(f"{where}: 'tests' must be a non-empty list of Python statements (strings)")
-        ident = _field(row_dict, "id", where)
-        if ident in seen:
-            raise ValueError(f"{where}: duplicate problem id {ident!r}")
-        seen.add(ident)
-        solution = row_dict.get("solution")
-        problems.append(
-            CodeProblem(
-                ident,
-                _field(row_dict, "prompt", where),
-                tuple(str(t) for t in tests),  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-                solution if isinstance(solution, str) else None,
-            )
-        )
+    for where, problem in parse_rows(file, _code_problem, format="jsonl"):
+        if problem.id in seen:
+            raise ValueError(f"{where}: duplicate problem id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
     if not problems:
         raise ValueError(f"code problems: {file} holds no problems")
     return problems
