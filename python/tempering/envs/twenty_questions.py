@@ -113,31 +113,25 @@ def normalise_answer(text: str) -> str | None:
     return {"yes": "Yes.", "no": "No."}.get(word)
 
 
+@attrs.define(eq=False)
 class TwentyQuestionsEnv:
     """One game: the asker (this env's policy) against ``answerer``; single-use."""
 
-    def __init__(
-        self,
-        secret: WordEntry,
-        words: Sequence[WordEntry],
-        answerer: MessageCompleter,
-        *,
-        max_turns: int = 20,
-        turn_cost: float = 0.02,
-        answer_timeout_s: float = 60.0,
-    ) -> None:
-        if secret not in words:
-            raise ValueError(f"TwentyQuestionsEnv: the secret {secret.word!r} is not among the words")
-        self.secret = secret
-        self.words = list(words)
-        self.answerer = answerer
-        self.max_turns = max_turns
-        self.turn_cost = turn_cost
-        self.answer_timeout_s = answer_timeout_s
-        self.history: list[Message] = [{"role": "user", "content": asker_prompt(words, max_turns)}]
-        self.turns = 0
-        self.won = False
-        self.done = False
+    secret: WordEntry
+    words: list[WordEntry] = attrs.field(converter=list)
+    answerer: MessageCompleter
+    max_turns: int = attrs.field(default=20, kw_only=True)
+    turn_cost: float = attrs.field(default=0.02, kw_only=True)
+    answer_timeout_s: float = attrs.field(default=60.0, kw_only=True)
+    history: list[Message] = attrs.field(init=False)
+    turns: int = attrs.field(default=0, init=False)
+    won: bool = attrs.field(default=False, init=False)
+    done: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.secret not in self.words:
+            raise ValueError(f"TwentyQuestionsEnv: the secret {self.secret.word!r} is not among the words")
+        self.history = [{"role": "user", "content": asker_prompt(self.words, self.max_turns)}]
 
     async def initial_messages(self) -> Sequence[Message]:
         return list(self.history)
