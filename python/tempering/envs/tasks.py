@@ -87,9 +87,10 @@ def _train_set(
     task: LowercaseTask | ArithmeticTask, problems: Sequence[Problem], grader: Grader, *, tag: str
 ) -> ProblemDataset:
     """``problems`` graded by ``grader`` in ``task``'s renderer, batches, groups and seed."""
+    renderer = load_renderer(task.base_model, task.renderer_name)
     return ProblemDataset(
         problems,
-        load_renderer(task.base_model, task.renderer_name),
+        renderer,
         grader,
         batch_size=task.batch_size,
         group_size=task.group_size,
