@@ -374,24 +374,25 @@ class GuessNumberTask:
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.secrets()
-
-        def make(
-            secrets: tuple[int, ...], batch_size: int, group_size: int, n: int, seed: int
-        ) -> GuessNumberDataset:
-            return GuessNumberDataset(
-                secrets,
-                renderer,
-                batch_size=batch_size,
-                group_size=group_size,
-                n_batches=n,
-                seed=seed,
-                low=self.low,
-                high=self.high,
-                max_turns=self.max_turns,
-                turn_cost=self.turn_cost,
-                invalid_reward=self.invalid_reward,
-            )
-
-        train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
+        train_ds = GuessNumberDataset(
+            train,
+            renderer,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            n_batches=self.n_batches,
+            seed=self.seed,
+            low=self.low,
+            high=self.high,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            invalid_reward=self.invalid_reward,
+        )
         test = test or train  # no held-out secrets: every secret, with the test's own sampling seeds
-        return train_ds, make(test, len(test), self.test_group_size, 1, self.seed + 1)
+        return train_ds, attrs.evolve(
+            train_ds,
+            secrets=test,
+            batch_size=len(test),
+            group_size=self.test_group_size,
+            n_batches=1,
+            seed=self.seed + 1,
+        )
