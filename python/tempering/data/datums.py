@@ -28,7 +28,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import attrs
 import numpy as np
@@ -50,12 +50,15 @@ __all__ = [
     "datum_model_input",
     "examples_to_batch",
     "examples_to_datums",
+    "from_packed",
     "model_input_from_columns",
     "packed_datums",
 ]
 
 DataError = _core.DataError
 """Bad input (a ``ValueError``); the message names the example and token position."""
+
+A = TypeVar("A", bound=attrs.AttrsInstance)
 
 Int64Array = npt.NDArray[np.int64]
 Float32Array = npt.NDArray[np.float32]
@@ -251,20 +254,16 @@ class SupervisedBatch:
         return packed_datums(self, {"target_tokens": self.target_tokens_N, "weights": self.weights_N})
 
 
+def from_packed(cls: type[A], packed: object) -> A:
+    """An instance of the attrs class ``cls`` whose every field is the same-named attribute of
+    ``packed`` (an object of the Rust core's, e.g. its columnar arrays: no copies)."""
+    return cls(**{f.name: getattr(packed, f.name) for f in attrs.fields(cls)})
+
+
 def _pack(
     model_inputs: Sequence[tinker.ModelInput], weights: Sequence[FloatArray], max_length: int | None
 ) -> SupervisedBatch:
-    p = _core.pack_examples(model_inputs, weights, max_length=max_length)
-    return SupervisedBatch(
-        tokens_N=p.tokens_N,
-        target_tokens_N=p.target_tokens_N,
-        weights_N=p.weights_N,
-        offsets_D1=p.offsets_D1,
-        opaque_offsets_D1=p.opaque_offsets_D1,
-        opaque_pos_C=p.opaque_pos_C,
-        opaque_len_C=p.opaque_len_C,
-        opaque_chunks_C=p.opaque_chunks_C,
-    )
+    return from_packed(SupervisedBatch, _core.pack_examples(model_inputs, weights, max_length=max_length))
 
 
 def examples_to_batch(

@@ -27,10 +27,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from tempering.backend import load_tokenizer
+from tempering.backend import load_renderer
 from tempering.envs.problem import Problem, ProblemDataset, exact_match
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticProblems", "ScaledExactMatch", "all_problems", "split_problems", "write_chat_jsonl"]
@@ -133,9 +131,7 @@ class ArithmeticProblems:
             raise ValueError(f"ArithmeticProblems.test_group_size must be >= 0, got {self.test_group_size}")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = split_problems(seed=self.seed, n_test=self.n_test)
         grader = exact_match if self.reward_coef == 1.0 else ScaledExactMatch(self.reward_coef)
 

@@ -26,32 +26,19 @@ Example::
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, cast
 
 import attrs
 import numpy as np
-import tinker
 
 from tempering.assets import resolve_data_path
-from tempering.backend import load_tokenizer
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
+from tempering.backend import load_renderer
+from tempering.data import RowError, parse_rows
+from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, held_out, prompt_messages
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
-from tempering_protocols import (
-    Action,
-    Env,
-    EnvGroupBuilder,
-    Message,
-    Observation,
-    Renderer,
-    RLDataset,
-    Sandbox,
-    StepResult,
-    StopCondition,
-)
+from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset, Sandbox
 
 __all__ = [
     "CODE_PROBLEMS",
@@ -86,11 +73,28 @@ class CodeProblem:
     solution: str | None = None
 
 
-def _field(row: dict[str, Any], key: str, where: str) -> str:
+def _field(row: Mapping[str, object], key: str) -> str:
     value = row.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+        raise RowError(f"{key!r} must be a non-empty string, got {value!r}")
     return value
+
+
+def _code_problem(row: object) -> CodeProblem:
+    """The problem in a ``{"id", "prompt", "tests": [...], "solution"?}`` row."""
+    if not isinstance(row, Mapping):
+        raise RowError("a row must be a JSON object")
+    fields = cast("Mapping[str, object]", row)
+    tests = fields.get("tests")
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):  # pyright: ignore[reportUnknownVariableType]
+        raise RowError("'tests' must be a non-empty list of Python statements (strings)")
+    solution = fields.get("solution")
+    return CodeProblem(
+        _field(fields, "id"),
+        _field(fields, "prompt"),
+        tuple(str(t) for t in tests),  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        solution if isinstance(solution, str) else None,
+    )
 
 
 def load_code_problems(path: str = CODE_PROBLEMS) -> list[CodeProblem]:
@@ -104,33 +108,11 @@ def load_code_problems(path: str = CODE_PROBLEMS) -> list[CodeProblem]:
         raise FileNotFoundError(f"code problems: no file at {file} (from {path!r})")
     problems: list[CodeProblem] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{file}:{lineno}"
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise ValueError(f"{where}: not JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}: a row must be a JSON object")
-        row_dict: dict[str, Any] = row  # pyright: ignore[reportUnknownVariableType]
-        tests: object = row_dict.get("tests")
-        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):  # pyright: ignore[reportUnknownVariableType]
-            raise ValueError(f"{where}: 'tests' must be a non-empty list of Python statements (strings)")
-        ident = _field(row_dict, "id", where)
-        if ident in seen:
-            raise ValueError(f"{where}: duplicate problem id {ident!r}")
-        seen.add(ident)
-        solution = row_dict.get("solution")
-        problems.append(
-            CodeProblem(
-                ident,
-                _field(row_dict, "prompt", where),
-                tuple(str(t) for t in tests),  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-                solution if isinstance(solution, str) else None,
-            )
-        )
+    for where, problem in parse_rows(file, _code_problem, format="jsonl"):
+        if problem.id in seen:
+            raise ValueError(f"{where}: duplicate problem id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
     if not problems:
         raise ValueError(f"code problems: {file} holds no problems")
     return problems
@@ -152,12 +134,8 @@ def split_code_problems(
 
 
 def code_messages(problem: CodeProblem, system_prompt: str | None = CODE_SYSTEM_PROMPT) -> list[Message]:
-    """The prompt conversation of ``problem``."""
-    convo: list[Message] = []
-    if system_prompt:
-        convo.append({"role": "system", "content": system_prompt})
-    convo.append({"role": "user", "content": problem.prompt})
-    return convo
+    """The prompt conversation of ``problem`` (no system message when ``system_prompt`` is empty)."""
+    return prompt_messages(problem.prompt, None, system_prompt or None)
 
 
 @attrs.frozen(kw_only=True)
@@ -175,33 +153,22 @@ class CodeGrading:
             raise ValueError(f"CodeGrading.reward must be 'fraction' or 'all', got {self.reward!r}")
 
 
-class CodeEnv(Env):
+@attrs.define(eq=False)
+class CodeEnv(SingleReplyEnv):
     """One problem, one reply, graded by its tests in the sandbox. Single-use."""
 
-    def __init__(
-        self,
-        problem: CodeProblem,
-        renderer: Renderer,
-        grading: CodeGrading,
-        *,
-        system_prompt: str | None = CODE_SYSTEM_PROMPT,
-    ) -> None:
-        self.problem = problem
-        self.renderer = renderer
-        self.grading = grading
-        self.system_prompt = system_prompt
-        self._done = False
+    problem: CodeProblem
+    renderer: Renderer
+    grading: CodeGrading
+    system_prompt: str | None = attrs.field(default=CODE_SYSTEM_PROMPT, kw_only=True)
+    _done: bool = attrs.field(init=False, default=False)
 
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        messages = code_messages(self.problem, self.system_prompt)
-        return self.renderer.build_generation_prompt(messages), self.renderer.get_stop_sequences()
+    def messages(self) -> list[Message]:
+        return code_messages(self.problem, self.system_prompt)
 
-    async def step(self, action: Action, /) -> StepResult:
-        if self._done:
-            raise RuntimeError("CodeEnv is single-use: the episode is over")
-        self._done = True
-        message, _ = self.renderer.parse_response(action)
-        program = extract_program(message["content"])
+    async def grade(self, content: str, parsed: bool) -> tuple[float, dict[str, float]]:
+        del parsed  # the format is the ```python block, parsed or not
+        program = extract_program(content)
         metrics = {
             "format": 0.0,
             "pass_fraction": 0.0,
@@ -219,17 +186,11 @@ class CodeEnv(Env):
             metrics["sandbox_error"] = float(grade.status == "sandbox_error")
             metrics["sandbox_limit"] = float(grade.status not in ("ok", "error", "sandbox_error"))
         correct = metrics["all_pass"] if self.grading.reward == "all" else metrics["pass_fraction"]
-        return StepResult(
-            reward=self.grading.format_coef * (metrics["format"] - 1.0) + correct,
-            episode_done=True,
-            next_observation=tinker.ModelInput.empty(),
-            next_stop_condition=self.renderer.get_stop_sequences(),
-            metrics=metrics,
-        )
+        return self.grading.format_coef * (metrics["format"] - 1.0) + correct, metrics
 
 
 @attrs.frozen
-class CodeGroupBuilder(EnvGroupBuilder):
+class CodeGroupBuilder(RepeatedEnvGroup):
     """``group_size`` envs of one problem (one sampling request with ``num_samples = G``)."""
 
     problem: CodeProblem
@@ -239,18 +200,12 @@ class CodeGroupBuilder(EnvGroupBuilder):
     system_prompt: str | None = CODE_SYSTEM_PROMPT
     tag: str = "code"
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [
-            CodeEnv(self.problem, self.renderer, self.grading, system_prompt=self.system_prompt)
-            for _ in range(self.group_size)
-        ]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        return CodeEnv(self.problem, self.renderer, self.grading, system_prompt=self.system_prompt)
 
 
 @attrs.frozen
-class CodeDataset:
+class CodeDataset(SeededBatches[CodeProblem]):
     """``batch_size`` problems per batch in a seeded order reshuffled each epoch, ``group_size``
     replies each; ``len`` is ``n_batches`` (default: one pass over the problems)."""
 
@@ -263,22 +218,8 @@ class CodeDataset:
     n_batches: int | None = None
     system_prompt: str | None = CODE_SYSTEM_PROMPT
 
-    def __len__(self) -> int:
-        return self.n_batches if self.n_batches is not None else max(1, len(self.problems) // self.batch_size)
-
-    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        n = len(self.problems)
-        epoch_batches = max(1, n // self.batch_size)
-        epoch = index // epoch_batches
-        start = (index % epoch_batches) * self.batch_size
-        shuffled = np.random.default_rng([self.seed, epoch]).permutation(n)
-        chosen = np.take(shuffled, np.arange(start, start + self.batch_size), mode="wrap")
-        return [
-            CodeGroupBuilder(
-                self.problems[int(i)], self.renderer, self.grading, self.group_size, self.system_prompt
-            )
-            for i in chosen
-        ]
+    def make_group(self, problem: CodeProblem, /) -> EnvGroupBuilder:
+        return CodeGroupBuilder(problem, self.renderer, self.grading, self.group_size, self.system_prompt)
 
 
 @attrs.frozen(kw_only=True)
@@ -309,9 +250,7 @@ class CodeTask:
         return split_code_problems(load_code_problems(self.problems_path), n_test=self.n_test, seed=self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.problems()
         train_ds = CodeDataset(
             train,
@@ -323,14 +262,5 @@ class CodeTask:
             self.n_batches,
             self.system_prompt,
         )
-        test_ds = CodeDataset(
-            test,
-            renderer,
-            self.grading,
-            len(test),
-            self.test_group_size,
-            self.seed + 1,
-            1,
-            self.system_prompt,
-        )
+        test_ds = held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)
         return train_ds, test_ds

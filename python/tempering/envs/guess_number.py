@@ -57,6 +57,7 @@ from tempering.envs.guess_number_play import (
     random_consistent_guess,
 )
 from tempering.envs.message import GameEnvAdapter, MessageStepResult
+from tempering.envs.problem import RepeatedEnvGroup
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -216,7 +217,7 @@ class GuessNumberEnv(GameEnvAdapter[GuessNumberGame]):
 
 
 @attrs.frozen
-class GuessNumberGroupBuilder(EnvGroupBuilder):
+class GuessNumberGroupBuilder(RepeatedEnvGroup):
     """``group_size`` games with one secret. Frozen and small: it pickles (the renderer must).
 
     Example::
@@ -254,11 +255,8 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
             invalid_reward=self.invalid_reward,
         )
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [GuessNumberEnv(self.game(), self.renderer) for _ in range(self.group_size)]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        return GuessNumberEnv(self.game(), self.renderer)
 
 
 @attrs.frozen
@@ -376,24 +374,25 @@ class GuessNumberTask:
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.secrets()
-
-        def make(
-            secrets: tuple[int, ...], batch_size: int, group_size: int, n: int, seed: int
-        ) -> GuessNumberDataset:
-            return GuessNumberDataset(
-                secrets,
-                renderer,
-                batch_size=batch_size,
-                group_size=group_size,
-                n_batches=n,
-                seed=seed,
-                low=self.low,
-                high=self.high,
-                max_turns=self.max_turns,
-                turn_cost=self.turn_cost,
-                invalid_reward=self.invalid_reward,
-            )
-
-        train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
+        train_ds = GuessNumberDataset(
+            train,
+            renderer,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            n_batches=self.n_batches,
+            seed=self.seed,
+            low=self.low,
+            high=self.high,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            invalid_reward=self.invalid_reward,
+        )
         test = test or train  # no held-out secrets: every secret, with the test's own sampling seeds
-        return train_ds, make(test, len(test), self.test_group_size, 1, self.seed + 1)
+        return train_ds, attrs.evolve(
+            train_ds,
+            secrets=test,
+            batch_size=len(test),
+            group_size=self.test_group_size,
+            n_batches=1,
+            seed=self.seed + 1,
+        )

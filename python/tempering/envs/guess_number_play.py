@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 
+from tempering.envs.message import PrefixedFigures
 from tempering_protocols import Message, Trajectory
 
 __all__ = [
@@ -69,7 +70,7 @@ def random_consistent_guess(messages: Sequence[Message], low: int, high: int, rn
 
 
 @attrs.frozen
-class GuessNumberStats:
+class GuessNumberStats(PrefixedFigures):
     """Summary of finished guess-number episodes (fractions in ``[0, 1]``).
 
     ``success``: found the secret; ``turns``: guesses per episode (all episodes);
@@ -84,10 +85,6 @@ class GuessNumberStats:
     invalid: float
     inconsistent: float
     reward: float
-
-    def as_dict(self, prefix: str) -> dict[str, float]:
-        """The figures as ``{f"{prefix}_{name}": value}``."""
-        return {f"{prefix}_{k}": float(v) for k, v in attrs.asdict(self).items()}
 
 
 def guess_number_stats(trajectories: Sequence[Trajectory]) -> GuessNumberStats:

@@ -31,27 +31,22 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import tinker
 
-from tempering.backend import load_tokenizer
+from tempering.backend import load_renderer
 from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
-from tempering.envs.problem import batch_picks
+from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
 from tempering.grading import ExtractStyle, MathGrader, extract_answer
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
-from tempering_protocols import (
-    Action,
-    Env,
-    EnvGroupBuilder,
-    Message,
-    Observation,
-    Renderer,
-    RLDataset,
-    StepResult,
-    StopCondition,
-)
+from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset
 
-__all__ = ["DEFAULT_INSTRUCTION", "MathDataset", "MathEnv", "MathGroupBuilder", "MathRewards", "MathTask"]
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "MathDataset",
+    "MathEnv",
+    "MathGroupBuilder",
+    "MathRewards",
+    "MathTask",
+    "prompt_messages",
+]
 
 DEFAULT_INSTRUCTION = "Put the final answer in \\boxed{}."
 """Appended to every question (after a blank line) unless the task says otherwise."""
@@ -80,18 +75,8 @@ class MathRewards:
         return reward, {**metrics, "correct": correct, "format": formatted}
 
 
-def prompt_messages(question: str, instruction: str | None, system_prompt: str | None) -> list[Message]:
-    """The prompt conversation of one question: an optional system message, then the question
-    with ``instruction`` after a blank line."""
-    convo: list[Message] = []
-    if system_prompt is not None:
-        convo.append({"role": "system", "content": system_prompt})
-    content = question if not instruction else f"{question}\n\n{instruction}"
-    convo.append({"role": "user", "content": content})
-    return convo
-
-
-class MathEnv(Env):
+@attrs.define(eq=False)
+class MathEnv(SingleReplyEnv):
     """One math question, one graded reply. Single-use.
 
     Example::
@@ -101,43 +86,22 @@ class MathEnv(Env):
         result = await env.step(sampled_tokens)   # result.metrics["correct"], ["format"]
     """
 
-    def __init__(
-        self,
-        problem: MathProblem,
-        renderer: Renderer,
-        rewards: MathRewards,
-        *,
-        instruction: str | None = DEFAULT_INSTRUCTION,
-        system_prompt: str | None = None,
-    ) -> None:
-        self.problem = problem
-        self.renderer = renderer
-        self.rewards = rewards
-        self.instruction = instruction
-        self.system_prompt = system_prompt
-        self._done = False
+    problem: MathProblem
+    renderer: Renderer
+    rewards: MathRewards
+    instruction: str | None = attrs.field(default=DEFAULT_INSTRUCTION, kw_only=True)
+    system_prompt: str | None = attrs.field(default=None, kw_only=True)
+    _done: bool = attrs.field(init=False, default=False)
 
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        messages = prompt_messages(self.problem.question, self.instruction, self.system_prompt)
-        return self.renderer.build_generation_prompt(messages), self.renderer.get_stop_sequences()
+    def messages(self) -> list[Message]:
+        return prompt_messages(self.problem.question, self.instruction, self.system_prompt)
 
-    async def step(self, action: Action, /) -> StepResult:
-        if self._done:
-            raise RuntimeError("MathEnv is single-use: the episode is over")
-        self._done = True
-        message, parsed = self.renderer.parse_response(action)
-        reward, metrics = await self.rewards.score(message["content"], parsed, self.problem.answer)
-        return StepResult(
-            reward=reward,
-            episode_done=True,
-            next_observation=tinker.ModelInput.empty(),
-            next_stop_condition=self.renderer.get_stop_sequences(),
-            metrics=metrics,
-        )
+    async def grade(self, content: str, parsed: bool) -> tuple[float, dict[str, float]]:
+        return await self.rewards.score(content, parsed, self.problem.answer)
 
 
 @attrs.frozen
-class MathGroupBuilder(EnvGroupBuilder):
+class MathGroupBuilder(RepeatedEnvGroup):
     """``group_size`` envs of one problem (they share the first observation)."""
 
     problem: MathProblem
@@ -148,24 +112,18 @@ class MathGroupBuilder(EnvGroupBuilder):
     system_prompt: str | None = None
     tag: str = "math"
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [
-            MathEnv(
-                self.problem,
-                self.renderer,
-                self.rewards,
-                instruction=self.instruction,
-                system_prompt=self.system_prompt,
-            )
-            for _ in range(self.group_size)
-        ]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        return MathEnv(
+            self.problem,
+            self.renderer,
+            self.rewards,
+            instruction=self.instruction,
+            system_prompt=self.system_prompt,
+        )
 
 
 @attrs.frozen
-class MathDataset:
+class MathDataset(SeededBatches[MathProblem]):
     """``batch_size`` problems per batch, shuffled by ``seed`` (reshuffled each epoch), each a
     group of ``group_size`` envs; ``len`` is ``n_batches`` (default: one pass)."""
 
@@ -180,25 +138,16 @@ class MathDataset:
     system_prompt: str | None = None
     tag: str = "math"
 
-    def __len__(self) -> int:
-        if self.n_batches is not None:
-            return self.n_batches
-        return max(1, len(self.problems) // self.batch_size)
-
-    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        picks = batch_picks(len(self.problems), self.batch_size, self.seed, index)
-        return [
-            MathGroupBuilder(
-                self.problems[i],
-                self.renderer,
-                self.rewards,
-                group_size=self.group_size,
-                instruction=self.instruction,
-                system_prompt=self.system_prompt,
-                tag=self.tag,
-            )
-            for i in picks
-        ]
+    def make_group(self, problem: MathProblem, /) -> EnvGroupBuilder:
+        return MathGroupBuilder(
+            problem,
+            self.renderer,
+            self.rewards,
+            group_size=self.group_size,
+            instruction=self.instruction,
+            system_prompt=self.system_prompt,
+            tag=self.tag,
+        )
 
 
 def _check_dataset(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -268,9 +217,7 @@ class MathTask:
         return load_math_problems(name, source=self.test_source, split=split, limit=self.test_limit)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         rewards = self.rewards()
         train = load_math_problems(self.dataset, source=self.source, split=self.split, limit=self.limit)
         test = self.test_problems()

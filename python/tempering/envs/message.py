@@ -53,9 +53,19 @@ __all__ = [
     "MessageEnvAdapter",
     "MessageStepResult",
     "OnFailure",
+    "PrefixedFigures",
 ]
 
 OnFailure = Literal["penalty", "mask"]
+
+
+class PrefixedFigures:
+    """For an attrs class of episode figures (games played, rates, means): :meth:`as_dict`."""
+
+    def as_dict(self, prefix: str) -> dict[str, float]:
+        """The figures as ``{f"{prefix}_{name}": value}``."""
+        assert attrs.has(type(self)), "PrefixedFigures is for attrs classes"
+        return {f"{prefix}_{k}": float(v) for k, v in attrs.asdict(self).items()}
 
 
 @attrs.frozen

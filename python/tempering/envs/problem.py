@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
 import numpy as np
@@ -42,11 +43,19 @@ __all__ = [
     "ProblemDataset",
     "ProblemEnv",
     "ProblemGroupBuilder",
+    "RepeatedEnvGroup",
+    "SeededBatches",
+    "SingleReplyEnv",
     "batch_picks",
     "exact_match",
     "first_number_match",
+    "held_out",
     "lowercase_fraction",
+    "prompt_messages",
 ]
+
+P = TypeVar("P")
+D = TypeVar("D", bound=attrs.AttrsInstance)
 
 Grader = Callable[[str, str], float]
 """``grader(response_text, reference_answer) -> correctness in [0, 1]``; must pickle (a
@@ -86,8 +95,73 @@ class Problem:
     answer: str
 
 
+def prompt_messages(
+    question: str, instruction: str | None = None, system_prompt: str | None = None
+) -> list[Message]:
+    """The prompt conversation of one question: an optional system message, then the question
+    with ``instruction`` (if any) after a blank line."""
+    convo: list[Message] = []
+    if system_prompt is not None:
+        convo.append({"role": "system", "content": system_prompt})
+    content = question if not instruction else f"{question}\n\n{instruction}"
+    convo.append({"role": "user", "content": content})
+    return convo
+
+
+class SingleReplyEnv(Env):
+    """The plumbing of a one-prompt, one-reply, graded env (single-use): a subclass holds
+    ``renderer`` and ``_done`` (False at first) and says what the prompt is (:meth:`messages`)
+    and how a parsed reply scores (:meth:`grade`)."""
+
+    renderer: Renderer
+    _done: bool
+
+    def messages(self) -> list[Message]:
+        """The prompt conversation."""
+        raise NotImplementedError
+
+    async def grade(self, content: str, parsed: bool) -> tuple[float, dict[str, float]]:
+        """``(reward, metrics)`` of a reply's text (``parsed``: it ended with the stop sequence)."""
+        raise NotImplementedError
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        return self.renderer.build_generation_prompt(self.messages()), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action, /) -> StepResult:
+        if self._done:
+            raise RuntimeError(f"{type(self).__name__} is single-use: the episode is over")
+        self._done = True
+        message, parsed = self.renderer.parse_response(action)
+        reward, metrics = await self.grade(message["content"], parsed)
+        return StepResult(
+            reward=reward,
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics=metrics,
+        )
+
+
+class RepeatedEnvGroup(EnvGroupBuilder):
+    """A group of ``group_size`` fresh envs from :meth:`make_env` (so they share the first
+    observation), logged under ``tag``."""
+
+    group_size: int
+    tag: str
+
+    def make_env(self) -> Env:
+        """One fresh env of the group."""
+        raise NotImplementedError
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [self.make_env() for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
 @attrs.define(eq=False)
-class ProblemEnv(Env):
+class ProblemEnv(SingleReplyEnv):
     """One question, one answer, graded. Single-use.
 
     Example::
@@ -106,33 +180,16 @@ class ProblemEnv(Env):
 
     def messages(self) -> list[Message]:
         """The prompt conversation."""
-        convo: list[Message] = []
-        if self.system_prompt is not None:
-            convo.append({"role": "system", "content": self.system_prompt})
-        convo.append({"role": "user", "content": self.problem.question})
-        return convo
+        return prompt_messages(self.problem.question, None, self.system_prompt)
 
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        return self.renderer.build_generation_prompt(self.messages()), self.renderer.get_stop_sequences()
-
-    async def step(self, action: Action, /) -> StepResult:
-        if self._done:
-            raise RuntimeError("ProblemEnv is single-use: the episode is over")
-        self._done = True
-        message, parsed = self.renderer.parse_response(action)
-        correct = float(self.grader(message["content"], self.problem.answer))
+    async def grade(self, content: str, parsed: bool) -> tuple[float, dict[str, float]]:
+        correct = float(self.grader(content, self.problem.answer))
         reward = self.format_coef * (float(parsed) - 1.0) + correct
-        return StepResult(
-            reward=reward,
-            episode_done=True,
-            next_observation=tinker.ModelInput.empty(),
-            next_stop_condition=self.renderer.get_stop_sequences(),
-            metrics={"format": float(parsed), "correct": correct},
-        )
+        return reward, {"format": float(parsed), "correct": correct}
 
 
 @attrs.frozen
-class ProblemGroupBuilder(EnvGroupBuilder):
+class ProblemGroupBuilder(RepeatedEnvGroup):
     """``group_size`` envs of one problem (they share the first observation).
 
     Example::
@@ -148,20 +205,14 @@ class ProblemGroupBuilder(EnvGroupBuilder):
     system_prompt: str | None = None
     tag: str = "problems"
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [
-            ProblemEnv(
-                self.problem,
-                self.renderer,
-                self.grader,
-                format_coef=self.format_coef,
-                system_prompt=self.system_prompt,
-            )
-            for _ in range(self.group_size)
-        ]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        return ProblemEnv(
+            self.problem,
+            self.renderer,
+            self.grader,
+            format_coef=self.format_coef,
+            system_prompt=self.system_prompt,
+        )
 
 
 def batch_picks(n: int, batch_size: int, seed: int, index: int) -> list[int]:
@@ -173,8 +224,40 @@ def batch_picks(n: int, batch_size: int, seed: int, index: int) -> list[int]:
     return [int(order[(within * batch_size + i) % n]) for i in range(batch_size)]
 
 
+def held_out(dataset: D, problems: Sequence[Any], *, group_size: int, seed: int) -> D:
+    """A task's test set: ``dataset``'s settings over ``problems``, all of them in one batch,
+    ``group_size`` replies each, seeded by ``seed``."""
+    return attrs.evolve(
+        dataset, problems=problems, batch_size=len(problems), group_size=group_size, n_batches=1, seed=seed
+    )
+
+
+class SeededBatches(Generic[P]):
+    """The plumbing of a problem dataset: ``batch_size`` of ``problems`` per batch in the order
+    of :func:`batch_picks` (seeded by ``seed``, reshuffled each epoch), each a group from
+    :meth:`make_group`; ``len`` is ``n_batches`` (default: one pass)."""
+
+    problems: Sequence[P]
+    batch_size: int
+    seed: int
+    n_batches: int | None
+
+    def make_group(self, problem: P, /) -> EnvGroupBuilder:
+        """The group of envs of one problem."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        if self.n_batches is not None:
+            return self.n_batches
+        return max(1, len(self.problems) // self.batch_size)
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        picks = batch_picks(len(self.problems), self.batch_size, self.seed, index)
+        return [self.make_group(self.problems[i]) for i in picks]
+
+
 @attrs.frozen
-class ProblemDataset:
+class ProblemDataset(SeededBatches[Problem]):
     """``batch_size`` problems per batch, shuffled by ``seed`` (each epoch reshuffled), each a
     group of ``group_size`` envs. ``len`` is ``n_batches`` (default: one pass).
 
@@ -195,22 +278,13 @@ class ProblemDataset:
     system_prompt: str | None = None
     tag: str = "problems"
 
-    def __len__(self) -> int:
-        if self.n_batches is not None:
-            return self.n_batches
-        return max(1, len(self.problems) // self.batch_size)
-
-    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        picks = batch_picks(len(self.problems), self.batch_size, self.seed, index)
-        return [
-            ProblemGroupBuilder(
-                self.problems[int(i)],
-                self.renderer,
-                self.grader,
-                group_size=self.group_size,
-                format_coef=self.format_coef,
-                system_prompt=self.system_prompt,
-                tag=self.tag,
-            )
-            for i in picks
-        ]
+    def make_group(self, problem: Problem, /) -> EnvGroupBuilder:
+        return ProblemGroupBuilder(
+            problem,
+            self.renderer,
+            self.grader,
+            group_size=self.group_size,
+            format_coef=self.format_coef,
+            system_prompt=self.system_prompt,
+            tag=self.tag,
+        )

@@ -16,10 +16,18 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from tempering.backend import load_renderer
-from tempering.envs.problem import Problem, ProblemDataset, first_number_match, lowercase_fraction
+from tempering.envs.problem import (
+    Grader,
+    Problem,
+    ProblemDataset,
+    first_number_match,
+    lowercase_fraction,
+)
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticTask", "LowercaseTask"]
@@ -41,23 +49,9 @@ class LowercaseTask:
     seed: int = 0
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = load_renderer(self.base_model, self.renderer_name)
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
-
-        def make(n: int, seed: int) -> ProblemDataset:
-            return ProblemDataset(
-                problems,
-                renderer,
-                lowercase_fraction,
-                batch_size=self.batch_size,
-                group_size=self.group_size,
-                seed=seed,
-                n_batches=n,
-                format_coef=0.0,
-                tag="lowercase",
-            )
-
-        return make(self.n_batches, self.seed), make(self.n_test_batches, self.seed + 1)
+        train = attrs.evolve(_train_set(self, problems, lowercase_fraction, tag="lowercase"), format_coef=0.0)
+        return train, attrs.evolve(train, n_batches=self.n_test_batches, seed=self.seed + 1)
 
 
 @attrs.frozen(kw_only=True)
@@ -76,8 +70,6 @@ class ArithmeticTask:
         from tempering import assets
         from tempering.data import load_chat
 
-        renderer = load_renderer(self.base_model, self.renderer_name)
-
         def problems(name: str) -> list[Problem]:
             out: list[Problem] = []
             for convo in load_chat(assets.path(name)).items:
@@ -86,20 +78,23 @@ class ArithmeticTask:
                     out.append(Problem(messages[0]["content"], messages[1]["content"]))
             return out
 
-        def make(items: list[Problem], n: int | None, seed: int) -> ProblemDataset:
-            return ProblemDataset(
-                items,
-                renderer,
-                first_number_match,
-                batch_size=self.batch_size,
-                group_size=self.group_size,
-                seed=seed,
-                n_batches=n,
-                tag="arithmetic",
-            )
-
         test_items = problems("arithmetic_chat_test.jsonl")
-        return (
-            make(problems("arithmetic_chat.jsonl"), self.n_batches, self.seed),
-            make(test_items, 1, self.seed + 1),
-        )
+        train = _train_set(self, problems("arithmetic_chat.jsonl"), first_number_match, tag="arithmetic")
+        return train, attrs.evolve(train, problems=test_items, n_batches=1, seed=self.seed + 1)
+
+
+def _train_set(
+    task: LowercaseTask | ArithmeticTask, problems: Sequence[Problem], grader: Grader, *, tag: str
+) -> ProblemDataset:
+    """``problems`` graded by ``grader`` in ``task``'s renderer, batches, groups and seed."""
+    renderer = load_renderer(task.base_model, task.renderer_name)
+    return ProblemDataset(
+        problems,
+        renderer,
+        grader,
+        batch_size=task.batch_size,
+        group_size=task.group_size,
+        seed=task.seed,
+        n_batches=task.n_batches,
+        tag=tag,
+    )

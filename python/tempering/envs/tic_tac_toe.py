@@ -61,7 +61,7 @@ from typing import ClassVar, Literal
 import attrs
 import numpy as np
 
-from tempering.envs.message import GameEnvAdapter, MessageStepResult
+from tempering.envs.message import GameEnvAdapter, MessageStepResult, PrefixedFigures
 from tempering.envs.turn_based import TurnBasedGame, TurnBasedPlayer, TurnBasedPlayerEnv, players_of
 from tempering_protocols import (
     Env,
@@ -389,7 +389,7 @@ class TicTacToeVsRandomGroupBuilder(EnvGroupBuilder):
 
 
 @attrs.frozen
-class TicTacToeStats:
+class TicTacToeStats(PrefixedFigures):
     """Outcome rates of finished games (fractions of ``games``; an illegal move is a loss, so
     ``win + draw + loss == 1`` and ``illegal <= loss``); ``moves``: mean moves per game by the
     policy."""
@@ -400,10 +400,6 @@ class TicTacToeStats:
     loss: float
     illegal: float
     moves: float
-
-    def as_dict(self, prefix: str) -> dict[str, float]:
-        """The figures as ``{f"{prefix}_{name}": value}``."""
-        return {f"{prefix}_{k}": float(v) for k, v in attrs.asdict(self).items()}
 
 
 def tic_tac_toe_stats(trajectories: Sequence[Trajectory]) -> TicTacToeStats:

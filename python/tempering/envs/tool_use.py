@@ -39,12 +39,11 @@ from typing import Any, Literal, cast
 import attrs
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult, OnFailure
-from tempering.envs.problem import Grader
+from tempering.envs.problem import Grader, RepeatedEnvGroup
 from tempering.tools import Tool, ToolOutcome, run_tool_call, tool_prefix
 from tempering_protocols import (
     Action,
     Env,
-    EnvGroupBuilder,
     Message,
     Metrics,
     Renderer,
@@ -251,7 +250,7 @@ class ToolEnvAdapter(MessageEnvAdapter):
 
 
 @attrs.frozen
-class ToolUseGroupBuilder(EnvGroupBuilder):
+class ToolUseGroupBuilder(RepeatedEnvGroup):
     """``group_size`` tool-use episodes of one question (``messages`` → ``answer``), sharing the
     ``tools`` (one instance each: a search index is built once).
 
@@ -272,19 +271,13 @@ class ToolUseGroupBuilder(EnvGroupBuilder):
     max_context_tokens: int | None = None
     tag: str = "tool_use"
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [
-            ToolEnvAdapter(
-                ToolEnv(self.messages, self.tools, self.answer, self.grader, budget=self.budget),
-                self.renderer,
-                system_prompt=self.system_prompt,
-                max_context_tokens=self.max_context_tokens,
-            )
-            for _ in range(self.group_size)
-        ]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        return ToolEnvAdapter(
+            ToolEnv(self.messages, self.tools, self.answer, self.grader, budget=self.budget),
+            self.renderer,
+            system_prompt=self.system_prompt,
+            max_context_tokens=self.max_context_tokens,
+        )
 
 
 @attrs.frozen

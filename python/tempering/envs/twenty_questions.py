@@ -38,6 +38,7 @@ import attrs
 import numpy as np
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
+from tempering.envs.problem import RepeatedEnvGroup
 from tempering_protocols import Env, EnvGroupBuilder, Message, MessageCompleter, Metrics, Renderer, Trajectory
 
 __all__ = [
@@ -112,31 +113,25 @@ def normalise_answer(text: str) -> str | None:
     return {"yes": "Yes.", "no": "No."}.get(word)
 
 
+@attrs.define(eq=False)
 class TwentyQuestionsEnv:
     """One game: the asker (this env's policy) against ``answerer``; single-use."""
 
-    def __init__(
-        self,
-        secret: WordEntry,
-        words: Sequence[WordEntry],
-        answerer: MessageCompleter,
-        *,
-        max_turns: int = 20,
-        turn_cost: float = 0.02,
-        answer_timeout_s: float = 60.0,
-    ) -> None:
-        if secret not in words:
-            raise ValueError(f"TwentyQuestionsEnv: the secret {secret.word!r} is not among the words")
-        self.secret = secret
-        self.words = list(words)
-        self.answerer = answerer
-        self.max_turns = max_turns
-        self.turn_cost = turn_cost
-        self.answer_timeout_s = answer_timeout_s
-        self.history: list[Message] = [{"role": "user", "content": asker_prompt(words, max_turns)}]
-        self.turns = 0
-        self.won = False
-        self.done = False
+    secret: WordEntry
+    words: list[WordEntry] = attrs.field(converter=list)
+    answerer: MessageCompleter
+    max_turns: int = attrs.field(default=20, kw_only=True)
+    turn_cost: float = attrs.field(default=0.02, kw_only=True)
+    answer_timeout_s: float = attrs.field(default=60.0, kw_only=True)
+    history: list[Message] = attrs.field(init=False)
+    turns: int = attrs.field(default=0, init=False)
+    won: bool = attrs.field(default=False, init=False)
+    done: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.secret not in self.words:
+            raise ValueError(f"TwentyQuestionsEnv: the secret {self.secret.word!r} is not among the words")
+        self.history = [{"role": "user", "content": asker_prompt(self.words, self.max_turns)}]
 
     async def initial_messages(self) -> Sequence[Message]:
         return list(self.history)
@@ -195,7 +190,7 @@ class TwentyQuestionsEnv:
 
 
 @attrs.frozen
-class TwentyQuestionsGroupBuilder(EnvGroupBuilder):
+class TwentyQuestionsGroupBuilder(RepeatedEnvGroup):
     """``group_size`` games with the same ``secret`` against ``answerer``."""
 
     secret: WordEntry
@@ -209,27 +204,22 @@ class TwentyQuestionsGroupBuilder(EnvGroupBuilder):
     max_context_tokens: int | None = None
     tag: str = "twenty_questions"
 
-    async def make_envs(self) -> Sequence[Env]:
-        return [
-            MessageEnvAdapter(
-                TwentyQuestionsEnv(
-                    self.secret,
-                    self.words,
-                    self.answerer,
-                    max_turns=self.max_turns,
-                    turn_cost=self.turn_cost,
-                    answer_timeout_s=self.answer_timeout_s,
-                ),
-                self.renderer,
-                max_context_tokens=self.max_context_tokens,
-                on_parse_error="penalty",
-                penalty=0.0,
-            )
-            for _ in range(self.group_size)
-        ]
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def make_env(self) -> Env:
+        game = TwentyQuestionsEnv(
+            self.secret,
+            self.words,
+            self.answerer,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            answer_timeout_s=self.answer_timeout_s,
+        )
+        return MessageEnvAdapter(
+            game,
+            self.renderer,
+            max_context_tokens=self.max_context_tokens,
+            on_parse_error="penalty",
+            penalty=0.0,
+        )
 
 
 class TwentyQuestionsDataset:

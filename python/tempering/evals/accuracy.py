@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import attrs
@@ -27,6 +26,7 @@ import numpy as np
 import tinker
 
 from tempering.envs.problem import Problem, exact_match
+from tempering.evals.stats import wilson_interval
 from tempering.rl.policy import sampling_seed
 from tempering_protocols import Renderer, SamplingClient, Tokenizer
 from tempering_protocols.rendering import decode_text
@@ -45,23 +45,6 @@ def item_seed(seed: int, kind: str, index: int) -> int:
         item_seed(0, "accuracy", 3) != item_seed(0, "accuracy", 4)    # True
     """
     return sampling_seed(seed, "eval", kind, index)
-
-
-def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval ``(low, high)`` of ``successes`` out of ``n`` Bernoulli draws
-    (``z`` 1.96: 95%); ``(0.0, 1.0)`` when ``n`` is 0.
-
-    Example::
-
-        wilson_interval(80, 100)     # (0.711, 0.867)
-    """
-    if n <= 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def interval_metrics(name: str, successes: float, n: int) -> dict[str, float]:

@@ -18,6 +18,7 @@ directory is accepted wherever such a path is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias, cast
@@ -47,6 +48,7 @@ __all__ = [
     "CheckpointStore",
     "LoraMeta",
     "default_root",
+    "staged_dir",
 ]
 
 SCHEME = "tempering://"
@@ -55,6 +57,24 @@ _FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 CheckpointKind: TypeAlias = Literal["weights", "sampler_weights"]
+
+
+@contextlib.contextmanager
+def staged_dir(target: Path, *, prefix: str) -> Generator[Path]:
+    """A scratch directory beside ``target`` to write into: when the block ends without error
+    it takes ``target``'s place (a previous ``target`` is moved aside, then removed); on an
+    error it is removed and ``target`` is left as it was."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    try:
+        yield scratch
+        if target.exists():
+            old = target.with_name(f".{target.name}-old-{uuid.uuid4().hex[:8]}")
+            target.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        scratch.rename(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def default_root() -> Path:
@@ -219,20 +239,11 @@ class CheckpointStore:
                 f"checkpoint name {name!r} is taken ({SCHEME}{run_id}/{meta.kind}/{name}); "
                 "choose another name, or pass overwrite=True to replace it"
             )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-        try:
+        with staged_dir(target, prefix=f".{name}-") as scratch:
             save_file(_contiguous_cpu(weights), str(scratch / "weights.safetensors"))
             if optimizer is not None:
                 save_file(_contiguous_cpu(optimizer), str(scratch / "optimizer.safetensors"))
             (scratch / "meta.json").write_text(json.dumps(meta.to_json(), indent=2) + "\n")
-            if target.exists():
-                old = target.with_name(f".{name}-old-{uuid.uuid4().hex[:8]}")
-                target.rename(old)
-                shutil.rmtree(old, ignore_errors=True)
-            scratch.rename(target)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
         return f"{SCHEME}{run_id}/{meta.kind}/{name}"
 
     def resolve(self, path: str) -> Path:

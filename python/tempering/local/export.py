@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +36,7 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from tempering.local.checkpoints import CheckpointMeta, CheckpointStore
+from tempering.local.checkpoints import CheckpointMeta, CheckpointStore, staged_dir
 from tempering.local.errors import IncompatibleCheckpointError, LocalEngineError
 from tempering.local.model import (
     Placement,
@@ -129,9 +127,7 @@ def export_checkpoint(
             f"{path!r} is a full fine-tune (no LoRA adapter); export it without --adapter "
             "to get the whole model"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))
-    try:
+    with staged_dir(out, prefix=f".{out.name}-export-") as scratch:
         if adapter:
             assert isinstance(model, PeftModel)
             model.peft_config["default"].base_model_name_or_path = str(model_dir)
@@ -147,12 +143,6 @@ def export_checkpoint(
             _model_card(path, meta, model_dir, adapter=adapter, run_config=run_config), encoding="utf-8"
         )
         files = tuple(sorted(p.name for p in scratch.iterdir()))
-        if out.exists():
-            shutil.rmtree(out)
-        scratch.rename(out)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
     return ExportedModel(
         out_dir=out,
         kind="adapter" if adapter else "model",

@@ -13,12 +13,12 @@ import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import tinker
 import torch
 
-__all__ = ["LocalFuture", "Worker", "new_executor", "set_torch_threads"]
+__all__ = ["LocalFuture", "Worker", "WorkerClient", "new_executor", "set_torch_threads"]
 
 _T = TypeVar("_T")
 _worker_ids = itertools.count()
@@ -127,3 +127,20 @@ class Worker:
         with self._lock:
             self._closed = True
         self._executor.shutdown(wait=wait)
+
+
+class WorkerClient:
+    """A client whose requests run on its own :class:`Worker` (``_worker``): :meth:`close` and
+    use as a context manager."""
+
+    _worker: Worker
+
+    def close(self) -> None:
+        """Finish queued requests, then stop the worker thread."""
+        self._worker.close(wait=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from tempering.local.checkpoints import CheckpointStore
-from tempering.local.futures import LocalFuture, Worker, set_torch_threads
+from tempering.local.futures import LocalFuture, Worker, WorkerClient, set_torch_threads
 from tempering.local.loader import LoraShape, ModelLoader
 from tempering.local.model import Placement, resolve_placement
 from tempering.local.sampling import LocalSamplingClient
@@ -23,7 +23,7 @@ from tempering.local.training import LocalTrainingClient
 __all__ = ["ServiceClient"]
 
 
-class ServiceClient:
+class ServiceClient(WorkerClient):
     """Creates local training and sampling clients, like ``tinker.ServiceClient``.
 
     ``root``: the checkpoint store (default ``$TEMPERING_HOME`` or ``~/.cache/tempering``).
@@ -113,12 +113,3 @@ class ServiceClient:
             return self._worker.submit(lambda: LocalSamplingClient(loader.sampler(model_path)))
         assert base_model is not None
         return self._worker.submit(lambda: LocalSamplingClient(loader.base_sampler(base_model)))
-
-    def close(self) -> None:
-        self._worker.close(wait=True)
-
-    def __enter__(self) -> ServiceClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -31,7 +31,7 @@ from tempering.local.checkpoints import (
     LoraMeta,
 )
 from tempering.local.errors import IncompatibleCheckpointError
-from tempering.local.futures import LocalFuture, Worker
+from tempering.local.futures import LocalFuture, Worker, WorkerClient
 from tempering.local.losses import Batch, build_batch, get_loss, resolve_config
 from tempering.local.model import Placement, hf_model, inference_copy, trainable_parameters
 from tempering.local.sampling import LocalSamplingClient, SamplerModel
@@ -51,7 +51,7 @@ class ModelSpec:
     lora: LoraMeta | None
 
 
-class LocalTrainingClient:
+class LocalTrainingClient(WorkerClient):
     """Trains one model in-process. Satisfies ``tempering_protocols.TrainingClient`` with the
     official ``tinker`` types; get one from ``tempering.local.ServiceClient`` (built by
     :class:`~tempering.local.loader.ModelLoader`, whose ``sampler`` is ``load_sampler``: it
@@ -428,16 +428,6 @@ class LocalTrainingClient:
     @property
     def device(self) -> torch.device:
         return self._placement.device
-
-    def close(self) -> None:
-        """Finish queued requests, then stop the worker thread."""
-        self._worker.close(wait=True)
-
-    def __enter__(self) -> LocalTrainingClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _scalar(value: object) -> float:

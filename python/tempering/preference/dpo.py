@@ -46,8 +46,8 @@ from tempering.training import (
     RunConfig,
     TrainingLoop,
     TrainResult,
-    run_pipelined,
 )
+from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     ComparisonDataset,
     Future,
@@ -274,13 +274,8 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
                     "pairs": float(len(data_D) // 2),
                     "time/data": t_data,
                 }
-                metrics |= {f"optim/{k}": v for k, v in (opt_out.metrics or {}).items()}
-                if step == 0:
-                    metrics |= initial
-                return metrics | evaluated
+                return step_line(metrics, opt_out.metrics, step=step, initial=initial, evaluated=evaluated)
 
             return finish
 
-        await run_pipelined(loop, submit)
-        final = await loop.finish()
-    return TrainResult(final=final, metrics=loop.run_dir.read_metrics())
+        return await run_to_end(loop, submit)

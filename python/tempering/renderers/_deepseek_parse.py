@@ -1,10 +1,11 @@
 """The DeepSeek renderers' response-parsing helpers: unparsed tool blocks, the parsed assistant
-message, the text before the end-of-sentence token (see :mod:`tempering.renderers.deepseek`)."""
+message, the reply cut at the end-of-sentence token (see :mod:`tempering.renderers.deepseek`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from tempering.renderers._base import ParseTermination
 from tempering.renderers._deepseek_turns import DETAIL_MAX_CHARS, THINK_BLOCK_RE, THINK_OPEN
 from tempering.renderers._text import assistant_message
 from tempering_protocols import Message, ToolCall
@@ -47,11 +48,18 @@ def tool_field(tool: Mapping[str, object], key: str) -> object:
     return tool[key]
 
 
-def text_before_eos(tokens: list[int], eos: int, decode: Callable[[list[int]], str]) -> str | None:
-    """The response's text before its end-of-sentence token; ``None`` when it has none (truncated)."""
+def parse_to_eos(
+    tokens: list[int],
+    eos: int,
+    decode: Callable[[list[int]], str],
+    read: Callable[[str], Message],
+) -> tuple[Message, ParseTermination]:
+    """The response's text before its end-of-sentence token, read by ``read`` (``STOP_SEQUENCE``).
+    A response with no end-of-sentence token is truncated: its text comes back unparsed,
+    ``MALFORMED``."""
     count = tokens.count(eos)
     if count > 1:
         raise ValueError(f"the response has {count} end-of-sentence tokens; a response ends at its first")
     if count == 0:
-        return None
-    return decode(tokens[: tokens.index(eos)])
+        return Message(role="assistant", content=decode(tokens)), ParseTermination.MALFORMED
+    return read(decode(tokens[: tokens.index(eos)])), ParseTermination.STOP_SEQUENCE

@@ -37,8 +37,8 @@ import attrs
 from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
 from tempering.renderers._deepseek_parse import (
     dangling_block,
+    parse_to_eos,
     parsed_message,
-    text_before_eos,
     tool_field,
     unparsed_entry,
 )
@@ -243,10 +243,10 @@ class DeepSeekV3Renderer(BaseRenderer):
             r.parse(tokenizer.encode("4<｜end▁of▁sentence｜>"))
             # ({"role": "assistant", "content": "4"}, ParseTermination.STOP_SEQUENCE)
         """
-        tokens = self._restore_prefill(list(tokens))
-        content = text_before_eos(tokens, self._eos, self.decode)
-        if content is None:
-            return Message(role="assistant", content=self.decode(tokens)), ParseTermination.MALFORMED
+        return parse_to_eos(self._restore_prefill(list(tokens)), self._eos, self.decode, self._read_reply)
+
+    def _read_reply(self, content: str) -> Message:
+        """The assistant message in a reply's text: its tool-call block and ``<think>`` blocks."""
         calls: list[ToolCall] = []
         unparsed: list[dict[str, str]] = []
         block = _V3_CALLS_RE.search(content)
@@ -266,7 +266,7 @@ class DeepSeekV3Renderer(BaseRenderer):
                 break
         if calls or unparsed:
             content = _V3_STRIP_CALLS_RE.sub("", content).strip()
-        return parsed_message(content, calls, unparsed), ParseTermination.STOP_SEQUENCE
+        return parsed_message(content, calls, unparsed)
 
 
 class DeepSeekV3ThinkingRenderer(DeepSeekV3Renderer):

@@ -16,8 +16,8 @@ from tempering.renderers._base import BaseRenderer, MessageParts, ParseTerminati
 from tempering.renderers._base import message_weights as base_message_weights
 from tempering.renderers._deepseek_parse import (
     dangling_block,
+    parse_to_eos,
     parsed_message,
-    text_before_eos,
     unparsed_entry,
 )
 from tempering.renderers._deepseek_turns import (
@@ -370,14 +370,14 @@ class DeepSeekV41Renderer(BaseRenderer):
         tokens = list(tokens)
         if self._thinking and self._think_close in tokens and tokens[0] != self._think:
             tokens = [self._think, *tokens]
-        content = text_before_eos(tokens, self._eos, self.decode)
-        if content is None:
-            return Message(role="assistant", content=self.decode(tokens)), ParseTermination.MALFORMED
-        calls: list[ToolCall] = []
-        unparsed: list[dict[str, str]] = []
+        return parse_to_eos(tokens, self._eos, self.decode, self._read_reply)
+
+    def _read_reply(self, content: str) -> Message:
+        """The assistant message in a reply's text: the DSML calls block (text after it, or a
+        stray marker, is unparsed) and ``<think>`` blocks."""
         block = _DSML_BLOCK_RE.search(content)
+        calls, unparsed = self._tool_calls(block.group(0)) if block is not None else ([], [])
         if block is not None:
-            calls, unparsed = self._tool_calls(block.group(0))
             after = content[block.end() :]
             if after.strip():
                 unparsed.append(unparsed_entry(after, "Invalid DSML: output after calls block"))
@@ -387,7 +387,7 @@ class DeepSeekV41Renderer(BaseRenderer):
             dangling = unparsed_entry(content, "Invalid DSML: marker outside a calls block")
         if dangling is not None:
             unparsed.append(dangling)
-        return parsed_message(content, calls, unparsed), ParseTermination.STOP_SEQUENCE
+        return parsed_message(content, calls, unparsed)
 
 
 class DeepSeekV41LowReasoningRenderer(DeepSeekV41Renderer):

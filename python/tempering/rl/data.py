@@ -57,7 +57,7 @@ from tinker.types import LossFnType, ModelInputChunk
 from typing_extensions import TypedDict
 
 from tempering import _core
-from tempering.data.datums import datum_model_input, packed_datums
+from tempering.data.datums import datum_model_input, from_packed, packed_datums
 from tempering.rl.kl import incorporate_kl_penalty, reference_logprobs
 from tempering_protocols import FloatArray, TrajectoryGroup
 
@@ -327,24 +327,8 @@ def trajectories_to_batch(
 
         batch = trajectories_to_batch(groups_P, compute_advantages(groups_P))
     """
-    return _from_packed(_core.pack_trajectories(trajectory_groups_P, advantages_P, token_runs=token_runs))
-
-
-def _from_packed(p: _core.PackedRL) -> RaggedBatch:
-    return RaggedBatch(
-        tokens_N=p.tokens_N,
-        target_tokens_N=p.target_tokens_N,
-        logprobs_N=p.logprobs_N,
-        advantages_N=p.advantages_N,
-        mask_N=p.mask_N,
-        offsets_D1=p.offsets_D1,
-        group_idx_D=p.group_idx_D,
-        traj_idx_D=p.traj_idx_D,
-        opaque_offsets_D1=p.opaque_offsets_D1,
-        opaque_pos_C=p.opaque_pos_C,
-        opaque_len_C=p.opaque_len_C,
-        opaque_chunks_C=p.opaque_chunks_C,
-        token_runs_D=p.token_runs_D,
+    return from_packed(
+        RaggedBatch, _core.pack_trajectories(trajectory_groups_P, advantages_P, token_runs=token_runs)
     )
 
 

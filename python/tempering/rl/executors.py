@@ -32,8 +32,8 @@ import multiprocessing.connection
 import multiprocessing.context
 import pickle
 import threading
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import attrs
 
@@ -51,6 +51,8 @@ from tempering_protocols import (
 __all__ = ["InlineExecutor", "ProcessPoolExecutor", "RemoteEnvError", "RolloutExecutor"]
 
 _log = logging.getLogger(__name__)
+
+W = TypeVar("W")
 
 
 @runtime_checkable
@@ -299,19 +301,19 @@ class _Worker:
         self._proc.stop(kill=False)
 
 
-class _RemoteEnv:
-    """An env living in a worker process (proxy)."""
+class RemoteEnv(Generic[W]):
+    """An env living in another process (proxy): member ``member`` of group ``gid`` on
+    ``worker``, reached by ``call(op, gid, *args)`` (the process pool's and Ray's executors)."""
 
-    def __init__(self, worker: _Worker, gid: int, member: int) -> None:
-        self.worker, self.gid, self.member = worker, gid, member
+    def __init__(self, call: Callable[..., Awaitable[object]], worker: W, gid: int, member: int) -> None:
+        self.call, self.worker, self.gid, self.member = call, worker, gid, member
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        out = await self.worker.call("initial_observation", self.gid, self.member)
-        assert isinstance(out, tuple)
-        return out  # pyright: ignore[reportUnknownVariableType]
+        out = await self.call("initial_observation", self.gid, self.member)
+        return cast("tuple[Observation, StopCondition]", out)
 
     async def step(self, action: Action, /) -> StepResult:
-        out = await self.worker.call("step", self.gid, self.member, list(action))
+        out = await self.call("step", self.gid, self.member, list(action))
         assert isinstance(out, StepResult)
         return out
 
@@ -333,12 +335,12 @@ class _RemoteGroup(EnvGroupBuilder):
         start, n = out  # pyright: ignore[reportUnknownVariableType]
         assert isinstance(start, int)
         assert isinstance(n, int)
-        return [_RemoteEnv(self._worker, self._gid, start + g) for g in range(n)]
+        return [RemoteEnv(self._worker.call, self._worker, self._gid, start + g) for g in range(n)]
 
     async def compute_group_rewards(
         self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
     ) -> list[tuple[float, Metrics]]:
-        members = [e.member for e in envs_G if isinstance(e, _RemoteEnv)]
+        members = [e.member for e in envs_G if isinstance(e, RemoteEnv)]
         out = await self._worker.call("compute_group_rewards", self._gid, list(trajectories_G), members)
         assert isinstance(out, list)
         return out  # pyright: ignore[reportUnknownVariableType]

@@ -32,15 +32,15 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import pickle
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from tempering.rl.executors import RemoteEnvError
+from tempering.rl.executors import RemoteEnv, RemoteEnvError
 from tempering_protocols import (
-    Action,
     Env,
     EnvGroupBuilder,
     Metrics,
@@ -266,22 +266,6 @@ class RayExecutor:
         self.close()
 
 
-class _RayEnv:
-    """An env living in a Ray actor (proxy)."""
-
-    def __init__(self, group: _RayGroup, worker: _Worker, member: int) -> None:
-        self.group, self.worker, self.member = group, worker, member
-
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        out = await self.group.executor.call(self.worker, "initial_observation", self.group.gid, self.member)
-        return cast("tuple[Observation, StopCondition]", out)
-
-    async def step(self, action: Action, /) -> StepResult:
-        out = await self.group.executor.call(self.worker, "step", self.group.gid, self.member, list(action))
-        assert isinstance(out, StepResult)
-        return out
-
-
 class _RayGroup(EnvGroupBuilder):
     """A builder whose envs live in a Ray actor (proxy, in the trainer only)."""
 
@@ -321,15 +305,17 @@ class _RayGroup(EnvGroupBuilder):
                     if exc.type_name != "WorkerDied" or attempt == 2 or not ex.restart_workers:
                         raise
         start, n = cast("tuple[int, int]", out)  # pyright: ignore[reportPossiblyUnboundVariable]
-        return [_RayEnv(self, worker, start + g) for g in range(n)]  # pyright: ignore[reportPossiblyUnboundVariable]
+        call = functools.partial(ex.call, worker)  # pyright: ignore[reportPossiblyUnboundVariable]
+        return [RemoteEnv(call, worker, self.gid, start + g) for g in range(n)]  # pyright: ignore[reportPossiblyUnboundVariable]
 
     async def compute_group_rewards(
         self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
     ) -> list[tuple[float, Metrics]]:
-        workers = {e.worker.index for e in envs_G if isinstance(e, _RayEnv)}
+        remote = [e for e in envs_G if isinstance(e, RemoteEnv)]
+        workers = {e.worker.index for e in remote if isinstance(e.worker, _Worker)}
         if self._worker is None or workers - {self._worker.index}:
             raise RemoteEnvError("WorkerDied", "the group's envs were lost with a Ray worker")
-        members = [e.member for e in envs_G if isinstance(e, _RayEnv)]
+        members = [e.member for e in remote]
         out = await self.executor.call(
             self._worker, "compute_group_rewards", self.gid, list(trajectories_G), members
         )

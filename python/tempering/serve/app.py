@@ -54,6 +54,13 @@ DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 _PROTO = "application/x-protobuf"
 _Model = TypeVar("_Model", bound=pydantic.BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]
+_Sequenced = TypeVar(
+    "_Sequenced",
+    ttypes.OptimStepRequest,
+    ttypes.SaveWeightsRequest,
+    ttypes.SaveWeightsForSamplerRequest,
+)
+"""The JSON training requests that are only queued in their model's sequence."""
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -194,27 +201,28 @@ def build_app(
         req = await parse(request, ttypes.GetInfoRequest)
         return JSONResponse(await engine.get_info(req.model_id))
 
-    # A training request refused here (4xx) still uses up its seq_id: see Engine.refused.
+    def in_sequence(model_id: str, seq_id: int | None, start: Callable[[], str]) -> Response:
+        """Queue a training request with :meth:`Engine.refusals_consume`: one refused here (4xx)
+        still uses up its ``seq_id`` (see ``Engine.refused``)."""
+        with engine.refusals_consume(model_id, seq_id):
+            return future(start(), model_id=model_id)
 
     async def forward_backward(request: Request) -> Response:
         call = decode_forward_backward(await body(request))
-        with engine.refusals_consume(call.model_id, call.seq_id):
-            return future(engine.forward_backward(call), model_id=call.model_id)
+        return in_sequence(call.model_id, call.seq_id, lambda: engine.forward_backward(call))
 
-    async def optim_step(request: Request) -> Response:
-        req = await parse(request, ttypes.OptimStepRequest)
-        with engine.refusals_consume(req.model_id, req.seq_id):
-            return future(engine.optim_step(req), model_id=req.model_id)
+    def sequenced(request_type: type[_Sequenced], start: Callable[[_Sequenced], str]) -> Handler:
+        """The handler of a JSON training request that ``start`` queues (in sequence)."""
 
-    async def save_weights(request: Request) -> Response:
-        req = await parse(request, ttypes.SaveWeightsRequest)
-        with engine.refusals_consume(req.model_id, req.seq_id):
-            return future(engine.save_state(req), model_id=req.model_id)
+        async def handler(request: Request) -> Response:
+            req = await parse(request, request_type)
+            return in_sequence(req.model_id, req.seq_id, lambda: start(req))
 
-    async def save_weights_for_sampler(request: Request) -> Response:
-        req = await parse(request, ttypes.SaveWeightsForSamplerRequest)
-        with engine.refusals_consume(req.model_id, req.seq_id):
-            return future(engine.save_weights_for_sampler(req), model_id=req.model_id)
+        return handler
+
+    optim_step = sequenced(ttypes.OptimStepRequest, engine.optim_step)
+    save_weights = sequenced(ttypes.SaveWeightsRequest, engine.save_state)
+    save_weights_for_sampler = sequenced(ttypes.SaveWeightsForSamplerRequest, engine.save_weights_for_sampler)
 
     async def load_weights(request: Request) -> Response:
         req = await parse(request, ttypes.LoadWeightsRequest)
@@ -222,8 +230,7 @@ def build_app(
             return future(engine.create_model_from_state(req))
         if req.model_id is None:
             raise RequestError(400, "load_weights: give model_id, or session_id with model_seq_id")
-        with engine.refusals_consume(req.model_id, req.seq_id):
-            return future(engine.load_state(req), model_id=req.model_id)
+        return in_sequence(req.model_id, req.seq_id, lambda: engine.load_state(req))
 
     # ---- sampling -----------------------------------------------------------------------------
 

@@ -35,8 +35,8 @@ from tempering.training import (
     RunConfig,
     TrainingLoop,
     TrainResult,
-    run_pipelined,
 )
+from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     SamplingClientEvaluator,
     SupervisedDataset,
@@ -169,18 +169,13 @@ async def train_supervised(
                     "lr": params.learning_rate,
                     "tokens": float(_token_count(data_D)),
                     "tokens/trained": weight,
+                    "time/data": t_data,
                 }
-                metrics |= {f"optim/{k}": v for k, v in (opt_out.metrics or {}).items()}
-                metrics["time/data"] = t_data
-                if step == 0:
-                    metrics |= initial
-                return metrics | evaluated
+                return step_line(metrics, opt_out.metrics, step=step, initial=initial, evaluated=evaluated)
 
             return finish
 
-        await run_pipelined(loop, submit)
-        final = await loop.finish()
-    return TrainResult(final=final, metrics=loop.run_dir.read_metrics())
+        return await run_to_end(loop, submit)
 
 
 @attrs.frozen(kw_only=True)

@@ -63,6 +63,8 @@ __all__ = [
     "TrainingLoop",
     "eval_due",
     "run_pipelined",
+    "run_to_end",
+    "step_line",
 ]
 
 TEST_KILL_ENV = "TEMPERING_TEST_KILL_AT"
@@ -363,3 +365,26 @@ async def run_pipelined(loop: TrainingLoop, submit: Callable[[int], Awaitable[Pe
         previous = (step, pending, checkpoint)
     if previous is not None:
         await loop.complete_step(previous[0], await previous[1](), previous[2])
+
+
+async def run_to_end(loop: TrainingLoop, submit: Callable[[int], Awaitable[PendingStep]]) -> TrainResult:
+    """:func:`run_pipelined`, then finish the run: its last checkpoint and every metrics line."""
+    await run_pipelined(loop, submit)
+    final = await loop.finish()
+    return TrainResult(final=final, metrics=loop.run_dir.read_metrics())
+
+
+def step_line(
+    metrics: dict[str, float],
+    optim_metrics: Mapping[str, float] | None,
+    *,
+    step: int,
+    initial: Mapping[str, float],
+    evaluated: Mapping[str, float],
+) -> dict[str, float]:
+    """A step's metrics line: the step's own ``metrics``, the optimizer's (as ``optim/…``), the
+    run's ``initial`` evaluation on step 0, and the evaluation ``evaluated`` after this step."""
+    metrics |= {f"optim/{k}": v for k, v in (optim_metrics or {}).items()}
+    if step == 0:
+        metrics |= initial
+    return metrics | dict(evaluated)

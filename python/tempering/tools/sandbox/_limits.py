@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["ISSUED_UIDS", "PidsCgroup", "kill_uid", "live_pids_of", "pick_uid"]
@@ -103,14 +104,7 @@ class PidsCgroup:
 
     def kill_all(self) -> None:
         """SIGKILL every process in the cgroup until it is empty (the pids cap bounds each round)."""
-        for _ in range(200):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.005)
+        kill_until_gone(self.pids, rounds=200)
 
     def remove(self) -> None:
         if self.path is None:
@@ -149,13 +143,19 @@ def live_pids_of(uids: set[int]) -> list[int]:
     ]
 
 
-def kill_uid(uid: int) -> None:
-    """SIGKILL every live process whose real uid is ``uid`` (a sandbox's own uid), until none is left."""
-    for _ in range(50):
-        pids = live_pids_of({uid})
-        if not pids:
+def kill_until_gone(pids: Callable[[], list[int]], *, rounds: int) -> None:
+    """SIGKILL the processes ``pids()`` lists, again and again (at most ``rounds`` times, 5 ms
+    apart) until it lists none (forks made meanwhile are caught by the next round)."""
+    for _ in range(rounds):
+        found = pids()
+        if not found:
             return
-        for pid in pids:
+        for pid in found:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.005)
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every live process whose real uid is ``uid`` (a sandbox's own uid), until none is left."""
+    kill_until_gone(lambda: live_pids_of({uid}), rounds=50)
