@@ -30,7 +30,7 @@ def remote_action(args: argparse.Namespace, remote: Any) -> int:
 
 
 def _list(args: argparse.Namespace, remote: Any) -> int:
-    from tempering.cli.weights import size_text
+    from tempering.cli._units import size_text
     from tempering.local.remote import list_remote
 
     if args.run_dir is not None:
@@ -72,7 +72,7 @@ def _show(args: argparse.Namespace, remote: Any) -> int:
 
 
 def _prune(args: argparse.Namespace, remote: Any) -> int:
-    from tempering.cli.weights import age_s, size_text
+    from tempering.cli._units import age_s, size_text
     from tempering.local.remote import prune_remote
 
     older = None if args.older_than is None else age_s(args.older_than)
