@@ -6,6 +6,9 @@ SDK, exported to a Hugging Face directory whose logprobs equal the server's) and
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -227,3 +230,22 @@ def test_checkpoints_cli_over_the_rest_client(
     assert code == 2
     assert "step-1" in err
     assert "404" in err
+
+
+@pytest.mark.timeout(300)
+def test_the_official_tinker_cli_downloads_from_the_server(
+    server: ServerProcess, service: tinker.ServiceClient, tiny_dir: Path, tmp_path: Path
+) -> None:
+    """``tinker checkpoint download`` (the SDK's own CLI) against the server: it exports the
+    checkpoint as external weights, fetches the signed URLs and deletes the export."""
+    trainer = service.create_lora_training_client(str(tiny_dir), rank=2).result(timeout=120)
+    path = trainer.save_state("for-the-cli").result(timeout=60).path
+    env = {**os.environ, "TINKER_BASE_URL": server.url, "TINKER_API_KEY": API_KEY}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinker.cli", "checkpoint", "download", path, "--output", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = tmp_path.iterdir()
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder.iterdir()}
+    assert json.loads((folder / "adapter_config.json").read_text())["r"] == 2
