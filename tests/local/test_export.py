@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tinker
 import torch
-from local_helpers import random_tokens, reference_model, sft_datum
+from local_helpers import EXPORT_TOKENS, next_token_logprobs, random_tokens, reference_model, sft_datum
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -19,7 +19,7 @@ from tempering.local.checkpoints import CheckpointStore
 from tempering.local.errors import CheckpointNotFoundError, IncompatibleCheckpointError
 from tempering.local.export import ExportError, export_checkpoint
 
-TOKENS = [1, 17, 33, 99, 120, 5, 64, 200, 31, 7, 88, 12]
+TOKENS = EXPORT_TOKENS
 
 
 def _train(service: ServiceClient, *, lora: bool, name: str) -> tuple[str, list[float]]:
@@ -40,13 +40,6 @@ def _train(service: ServiceClient, *, lora: bool, name: str) -> tuple[str, list[
     return path, [float(x) for x in logprobs[1:] if x is not None]
 
 
-def _hf_logprobs(model: torch.nn.Module) -> list[float]:
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([TOKENS])).logits[0].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    return [float(logp[t, TOKENS[t + 1]]) for t in range(len(TOKENS) - 1)]
-
-
 @pytest.fixture(scope="module")
 def lora_checkpoint(service: ServiceClient) -> tuple[str, list[float]]:
     return _train(service, lora=True, name="export-lora")
@@ -64,7 +57,7 @@ def test_lora_checkpoint_exports_as_a_merged_hf_model(
     assert {"config.json", "model.safetensors", "generation_config.json", "README.md"} <= set(out.files)
     model = reference_model(out.out_dir)
     assert not any("lora" in name for name, _ in model.named_parameters())
-    np.testing.assert_allclose(_hf_logprobs(model), engine, atol=1e-4)
+    np.testing.assert_allclose(next_token_logprobs(model), engine, atol=1e-4)
     tokenizer = AutoTokenizer.from_pretrained(out.out_dir)
     assert tokenizer.decode(tokenizer.encode("7+8=15")).strip().endswith("15")
     card = (out.out_dir / "README.md").read_text()
@@ -89,7 +82,7 @@ def test_lora_checkpoint_exports_as_a_peft_adapter(
     base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype=torch.float32)
     model = PeftModel.from_pretrained(base, out.out_dir)
     model.eval()
-    np.testing.assert_allclose(_hf_logprobs(model), engine, atol=1e-4)
+    np.testing.assert_allclose(next_token_logprobs(model), engine, atol=1e-4)
 
 
 @pytest.mark.timeout(300)
@@ -98,7 +91,7 @@ def test_full_fine_tune_exports_and_refuses_adapter(
 ) -> None:
     path, engine = _train(service, lora=False, name="export-full")
     out = export_checkpoint(path, tmp_path / "full", store=CheckpointStore(local_root))
-    np.testing.assert_allclose(_hf_logprobs(reference_model(out.out_dir)), engine, atol=1e-4)
+    np.testing.assert_allclose(next_token_logprobs(reference_model(out.out_dir)), engine, atol=1e-4)
     with pytest.raises(ExportError, match="full fine-tune"):
         export_checkpoint(path, tmp_path / "nope", adapter=True, store=CheckpointStore(local_root))
     assert not (tmp_path / "nope").exists()

@@ -20,12 +20,16 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "local"))
+
+from local_helpers import EXPORT_TOKENS, next_token_logprobs  # pyright: ignore[reportMissingImports]  # tests/local
+
 from tempering.cli import main
 from tempering.serve.testing import API_KEY, ServerProcess
 
 pytestmark = pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")  # the SDK's leak (conftest)
 
-TOKENS = [1, 17, 33, 99, 120, 5, 64, 200, 31, 7, 88, 12]
+TOKENS = EXPORT_TOKENS
 
 
 def _datum(tokens: list[int]) -> tinker.Datum:
@@ -33,13 +37,6 @@ def _datum(tokens: list[int]) -> tinker.Datum:
         model_input=tinker.ModelInput.from_ints(tokens[:-1]),
         loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
     )
-
-
-def _hf_logprobs(model: torch.nn.Module) -> list[float]:
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([TOKENS])).logits[0].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    return [float(logp[t, TOKENS[t + 1]]) for t in range(len(TOKENS) - 1)]
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +116,7 @@ def test_export_tinker_path_round_trips_through_transformers(
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.float32)
     model.eval()
     assert not any("lora" in name for name, _ in model.named_parameters())
-    np.testing.assert_allclose(_hf_logprobs(model), engine, atol=1e-4)
+    np.testing.assert_allclose(next_token_logprobs(model), engine, atol=1e-4)
     assert path in (tmp_path / "model" / "README.md").read_text()
 
     code, _, err = _cli(capsys, "export", path, str(tmp_path / "adapter"), "--adapter", *key)
@@ -128,7 +125,7 @@ def test_export_tinker_path_round_trips_through_transformers(
     base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, tmp_path / "adapter")
     peft_model.eval()
-    np.testing.assert_allclose(_hf_logprobs(peft_model), engine, atol=1e-4)
+    np.testing.assert_allclose(next_token_logprobs(peft_model), engine, atol=1e-4)
     # The temporary external export on the server is gone again; nothing scratch is left here.
     types = {c.checkpoint_type for c in rest.list_user_checkpoints().result(timeout=30).checkpoints}
     assert "external" not in types
