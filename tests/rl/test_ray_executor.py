@@ -181,7 +181,7 @@ def test_rl_run_on_ray_gives_the_inline_rewards(local_ray: None, service: object
     from tempering.rl.train import RLConfig, train
     from tempering.training import AdamConfig, LRSchedule, RunConfig
 
-    def run(name: str, ray_workers: int) -> list[float]:
+    def run(name: str, ray_workers: int) -> list[dict[str, float]]:
         config = RLConfig(
             run=RunConfig(log_dir=str(tmp_path / name), save_every=0, eval_every=0, progress=False),
             dataset=LowercaseTask(batch_size=2, group_size=4),
@@ -191,10 +191,17 @@ def test_rl_run_on_ray_gives_the_inline_rewards(local_ray: None, service: object
             max_tokens=8,
             ray_workers=ray_workers,
         )
-        result = asyncio.run(train(config, service=service))  # type: ignore[arg-type]
-        return [float(m["env/reward/mean"]) for m in result.metrics]
+        return asyncio.run(train(config, service=service)).metrics  # type: ignore[arg-type]
 
-    assert run("ray", 2) == run("inline", 0)
+    on_ray, inline = run("ray", 2), run("inline", 0)
+    assert [m["env/reward/mean"] for m in on_ray] == [m["env/reward/mean"] for m in inline]
+    # the executor's counters are logged with each step on Ray, and only there
+    assert [m["ray/workers"] for m in on_ray] == [2.0, 2.0, 2.0]
+    calls = [m["ray/calls"] for m in on_ray]
+    assert calls[0] > 0
+    assert calls == sorted(set(calls))  # counted over the run: strictly increasing
+    assert all(m["ray/transit_s"] > 0 and m["ray/queue_depth"] == 0 for m in on_ray)
+    assert not any(k.startswith("ray/") for m in inline for k in m)
 
 
 @pytest.mark.timeout(120)
