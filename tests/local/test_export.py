@@ -12,7 +12,7 @@ import tinker
 import torch
 from local_helpers import EXPORT_TOKENS, next_token_logprobs, random_tokens, reference_model, sft_datum
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tempering.local import ServiceClient
 from tempering.local.checkpoints import CheckpointStore
@@ -111,14 +111,38 @@ def test_refusals_name_the_problem_and_leave_nothing(
         export_checkpoint(path, taken, store=store)
     assert (taken / "keep.txt").read_text() == "mine"
     # A truncated weights file: a named error, and no half-written output directory.
-    source = store.resolve(path)
-    broken = tmp_path / "broken-ckpt"
-    broken.mkdir()
-    for f in source.iterdir():
-        data = f.read_bytes()
-        (broken / f.name).write_bytes(data[: len(data) // 2] if f.name == "weights.safetensors" else data)
+    broken = _copy_checkpoint(store.resolve(path), tmp_path / "broken-ckpt", truncate=True)
     with pytest.raises((IncompatibleCheckpointError, ValueError, OSError)) as info:
         export_checkpoint(str(broken), tmp_path / "b", store=store)
     assert "weights.safetensors" in str(info.value) or str(broken) in str(info.value)
     assert not (tmp_path / "b").exists()
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".b-export-")] == []
+
+
+def _copy_checkpoint(source: Path, dest: Path, *, truncate: bool = False) -> Path:
+    """A copy of a checkpoint directory; with ``truncate``, its weights file cut in half."""
+    dest.mkdir()
+    for f in source.iterdir():
+        data = f.read_bytes()
+        cut = truncate and f.name == "weights.safetensors"
+        (dest / f.name).write_bytes(data[: len(data) // 2] if cut else data)
+    return dest
+
+
+def test_a_checkpoint_of_another_base_model_is_refused(
+    lora_checkpoint: tuple[str, list[float]], local_root: Path, tiny_dir: Path, tmp_path: Path
+) -> None:
+    """The checkpoint's meta names a base model whose shapes differ (hidden 64, not the tiny
+    model's 128): a named error that says which weight and which model, and no OUT_DIR."""
+    path, _ = lora_checkpoint
+    other = tmp_path / "other-base"
+    config = AutoConfig.from_pretrained(tiny_dir)
+    config.hidden_size, config.intermediate_size = 64, 128
+    AutoModelForCausalLM.from_config(config).save_pretrained(other)
+    AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(other)
+    moved = _copy_checkpoint(CheckpointStore(local_root).resolve(path), tmp_path / "moved")
+    meta = json.loads((moved / "meta.json").read_text())
+    (moved / "meta.json").write_text(json.dumps({**meta, "base_model": str(other)}))
+    with pytest.raises(IncompatibleCheckpointError, match=r"has shape .* the base model .*other-base"):
+        export_checkpoint(str(moved), tmp_path / "out", store=CheckpointStore(local_root))
+    assert not (tmp_path / "out").exists()
