@@ -64,6 +64,12 @@ def rest(server: ServerProcess) -> tinker.RestClient:
     return tinker.RestClient(base_url=server.url, api_key=API_KEY)
 
 
+@pytest.fixture(scope="module")
+def key(server: ServerProcess) -> tuple[str, ...]:
+    """The CLI's flags that point it at the test server."""
+    return ("--base-url", server.url, "--api-key", API_KEY)
+
+
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
     code = main(list(args))
@@ -102,14 +108,13 @@ def test_rest_client_lists_and_describes_checkpoints(
     "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
 )  # peft on transformers 5
 def test_export_tinker_path_round_trips_through_transformers(
-    server: ServerProcess,
+    key: tuple[str, ...],
     rest: tinker.RestClient,
     trained: tuple[str, str, list[float]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, path, engine = trained
-    key = ("--base-url", server.url, "--api-key", API_KEY)
     code, out, err = _cli(capsys, "export", path, str(tmp_path / "model"), *key)
     assert code == 0, err
     assert "Hugging Face model" in out
@@ -135,12 +140,12 @@ def test_export_tinker_path_round_trips_through_transformers(
 @pytest.mark.timeout(120)
 def test_export_refusals_name_the_problem(
     server: ServerProcess,
+    key: tuple[str, ...],
     trained: tuple[str, str, list[float]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     run_id, _, _ = trained
-    key = ("--base-url", server.url, "--api-key", API_KEY)
     code, _, err = _cli(capsys, "export", f"tinker://{run_id}/weights/missing", str(tmp_path / "a"), *key)
     assert code == 2
     assert "missing" in err
@@ -188,20 +193,19 @@ def test_signed_download_urls(
 
 @pytest.mark.timeout(300)
 def test_checkpoints_cli_over_the_rest_client(
-    server: ServerProcess, service: tinker.ServiceClient, tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+    key: tuple[str, ...], service: tinker.ServiceClient, tiny_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     trainer = service.create_lora_training_client(str(tiny_dir), rank=2).result(timeout=120)
     paths = [trainer.save_state(f"step-{i}").result(timeout=60).path for i in range(3)]
     trainer.save_weights_for_sampler("sampler-final").result(timeout=60)
     path = paths[-1]
     run_id = tinker.ParsedCheckpointTinkerPath.from_tinker_path(path).training_run_id
-    key = ("--base-url", server.url, "--api-key", API_KEY)
     code, out, err = _cli(capsys, "checkpoints", "list", "--run", run_id, *key)
     assert code == 0, err
     for i in range(3):
         assert f"tinker://{run_id}/weights/step-{i}" in out
     assert "checkpoints, " in out
-    assert server.url in out
+    assert key[1] in out  # the server's URL
     code, out, err = _cli(capsys, "checkpoints", "show", path, *key)
     assert code == 0, err
     shown = json.loads(out)
