@@ -1,9 +1,10 @@
 """Env executors side by side on a CPU-bound env (issue: scale-out): about 50 ms of pure-Python
 work per step, 4 turns, 64 groups x 8 members, through the inline executor, the process pool
-(1 and 2 workers) and Ray (1 and 2 workers); and the overhead of one env call through each
-against a direct call. Run on demand: ``make bench`` or
+(1 and 2 workers) and Ray (1 and 2 workers). The overhead of one env call against a direct
+call is ``test_bench_env_call.py``. Run on demand: ``make bench`` or
 
-    .venv/bin/python -m pytest tests/benchmarks/test_bench_executors.py --benchmark-enable -s
+    .venv/bin/python -m pytest tests/benchmarks/test_bench_executors.py -p no:randomly -q -s \
+        --benchmark-enable --benchmark-only [-k ray]
 
 (prints throughput in env steps per second; figures go to docs/benchmarks.md and docs/scaling.md).
 Environment: ``BENCH_GROUPS`` / ``BENCH_CPU_S`` shrink the workload for a quick look.

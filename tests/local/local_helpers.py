@@ -56,3 +56,16 @@ def reference_logprobs(model: PreTrainedModel, inputs: Sequence[int], targets: t
     if targets.ndim == 1:
         return logp.gather(1, targets.unsqueeze(1)).squeeze(1)
     return logp.gather(1, targets)
+
+
+EXPORT_TOKENS = [1, 17, 33, 99, 120, 5, 64, 200, 31, 7, 88, 12]
+"""The sequence whose logprobs an exported model must reproduce (tests/local/test_export.py,
+tests/serve/test_serve_checkpoints.py)."""
+
+
+def next_token_logprobs(model: torch.nn.Module, tokens: Sequence[int] = EXPORT_TOKENS) -> list[float]:
+    """``log p(tokens[t + 1] | tokens[: t + 1])`` for every ``t``, by a plain forward pass."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([list(tokens)])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return [float(logp[t, tokens[t + 1]]) for t in range(len(tokens) - 1)]

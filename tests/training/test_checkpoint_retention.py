@@ -21,6 +21,7 @@ from tempering.training.retention import prunable
 from tempering.training.rundir import CheckpointRecord
 
 STEPS = 8
+KILLED_STEPS = 12  # killed after its 10th checkpoint
 
 
 def _sft(log_dir: Path, *, keep_last: int | None = None, steps: int = STEPS) -> SFTConfig:
@@ -96,35 +97,37 @@ def test_keep_last_rolls_periodic_checkpoints(
 
 
 @pytest.mark.timeout(600)
-def test_prune_a_killed_run_then_it_still_resumes(
+def test_prune_keep_last_2_of_10_then_the_run_still_resumes(
     tmp_path: Path, tempering_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The issue's check: a run killed with 10 periodic checkpoints, pruned to its last 2, resumes
+    from the newest and finishes."""
     log_dir = tmp_path / "run"
     args = ["sft", f"--run.log-dir={log_dir}", "--run.save-every=1", "--run.eval-every=0"]
     args += ["--run.no-progress", "--data.batch-size=2", "--data.test-path=None", "--data.test-size=4"]
-    args += [f"--max-steps={STEPS}"]
-    killed = _cli(tempering_home, *args, **{TEST_KILL_ENV: "after_index:6"})
+    args += [f"--max-steps={KILLED_STEPS}"]
+    killed = _cli(tempering_home, *args, **{TEST_KILL_ENV: "after_index:9"})
     assert killed.returncode == -9, killed.stderr
     monkeypatch.setenv("TEMPERING_HOME", str(tempering_home))
     run = RunDir(log_dir)
     before = run.checkpoints()
-    assert [r.step for r in before] == list(range(1, 8))
+    assert [r.step for r in before] == list(range(1, 11))
     code, out, err = _main(capsys, "checkpoints", "prune", str(log_dir), "--keep-last", "2", "--dry-run")
     assert code == 0, err
-    assert "would remove 5" in out
-    assert len(run.checkpoints()) == 7
+    assert "would remove 8" in out
+    assert len(run.checkpoints()) == 10
     code, out, err = _main(capsys, "checkpoints", "prune", str(log_dir), "--keep-last", "2")
     assert code == 0, err
     after = run.checkpoints()
-    assert [r.step for r in after] == [6, 7]
+    assert [r.name for r in after] == ["step-000009", "step-000010"]
     store = CheckpointStore(tempering_home)
-    for r in before[:5]:
+    for r in before[:8]:
         with pytest.raises(FileNotFoundError):
             store.load(r.state_path)
     code, out, err = _main(capsys, *args)
     assert code == 0, err
     steps = [int(m["step"]) for m in run.read_metrics()]
-    assert steps == list(range(STEPS))
+    assert steps == list(range(KILLED_STEPS))
     assert run.checkpoints()[-1].final
 
     # export straight from the run directory (its final checkpoint), and load it with transformers
@@ -138,7 +141,7 @@ def test_prune_a_killed_run_then_it_still_resumes(
     code, out, err = _main(capsys, "export", str(log_dir), str(tmp_path / "x"), "--name", "step-000001")
     assert code != 0
     assert "no checkpoint named 'step-000001'" in err
-    assert "step-000006" in err
+    assert "step-000009" in err
 
 
 def test_store_prune_never_removes_a_runs_newest(tmp_path: Path) -> None:

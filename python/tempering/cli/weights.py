@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_commands"]
+from tempering.cli._units import age_s, size_text
 
-_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+__all__ = ["add_commands"]
 
 
 def add_commands(sub: Any) -> None:
@@ -39,6 +37,7 @@ def add_commands(sub: Any) -> None:
     )
     exp.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     exp.add_argument("--store", default=None, help="the checkpoint store (default $TEMPERING_HOME)")
+    _remote_flags(exp, hosted=False)
     exp.set_defaults(func=_export)
 
     ck = sub.add_parser("checkpoints", help="list, show, remove or prune checkpoints (local store or a run)")
@@ -61,7 +60,40 @@ def add_commands(sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     for p in (ls, show, rm, prune):
         p.add_argument("--store", default=None, help="the checkpoint store (default $TEMPERING_HOME)")
+        _remote_flags(p, hosted=True)
     ck.set_defaults(func=_checkpoints)
+
+
+def _remote_flags(parser: Any, *, hosted: bool) -> None:
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        help="a tempering serve (or other Tinker) server for tinker:// paths (default $TINKER_BASE_URL)",
+    )
+    parser.add_argument("--api-key", default=None, help="its API key (default $TINKER_API_KEY)")
+    if hosted:
+        parser.add_argument(
+            "--hosted",
+            action="store_true",
+            help="the hosted Tinker service (TINKER_API_KEY), not the local store",
+        )
+
+
+def _remote(args: argparse.Namespace) -> Any:
+    from tempering.local.remote import RemoteService
+
+    return RemoteService(base_url=args.base_url, api_key=args.api_key)
+
+
+def _is_remote(args: argparse.Namespace, paths: list[str]) -> bool:
+    """Whether the command is about a service's checkpoints (``--base-url``, ``--hosted``, or
+    ``tinker://`` paths) rather than the local store's."""
+    if args.base_url is not None or getattr(args, "hosted", False):
+        return True
+    remote = [p for p in paths if p.startswith("tinker://")]
+    if remote and len(remote) != len(paths):
+        raise ValueError("give tinker:// paths (a service's) or tempering:// paths (the store's), not both")
+    return bool(remote)
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -100,24 +132,26 @@ def _resolve_checkpoint(spec: str, name: str | None) -> tuple[str, dict[str, Any
 
 
 def _export(args: argparse.Namespace) -> int:
+    import tinker
+
     from tempering.local.errors import LocalEngineError
     from tempering.local.export import export_checkpoint
 
     checkpoint, run_config = _resolve_checkpoint(args.checkpoint, args.name)
-    if checkpoint.startswith("tinker://"):
-        print(
-            f"tempering export: {checkpoint} is a checkpoint of the hosted service (or tempering serve); "
-            "download it first with the official CLI (`tinker checkpoint download`), then export the "
-            "files with transformers/peft",
-            file=sys.stderr,
-        )
-        return 2
     try:
-        out = export_checkpoint(
-            checkpoint, args.out_dir, adapter=args.adapter, store=_store(args),
-            run_config=run_config, overwrite=args.overwrite,
-        )  # fmt: skip
-    except (LocalEngineError, FileNotFoundError) as exc:
+        if checkpoint.startswith("tinker://"):
+            from tempering.local.remote import export_remote
+
+            out = export_remote(
+                checkpoint, args.out_dir, _remote(args), adapter=args.adapter,
+                run_config=run_config, overwrite=args.overwrite,
+            )  # fmt: skip
+        else:
+            out = export_checkpoint(
+                checkpoint, args.out_dir, adapter=args.adapter, store=_store(args),
+                run_config=run_config, overwrite=args.overwrite,
+            )  # fmt: skip
+    except (LocalEngineError, FileNotFoundError, ValueError, tinker.TinkerError) as exc:
         print(f"tempering export: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {'a PEFT adapter' if out.kind == 'adapter' else 'a Hugging Face model'} to {out.out_dir}")
@@ -125,28 +159,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GB"
-
-
-def _age_s(text: str) -> float:
-    m = _AGE.fullmatch(text.strip())
-    if m is None:
-        raise SystemExit(
-            f"tempering checkpoints prune: --older-than {text!r}: use a number and s, m, h, d or w (7d)"
-        )
-    return float(m.group(1)) * _AGE_UNITS[m.group(2)]
-
-
 def _checkpoints(args: argparse.Namespace) -> int:
+    import tinker
+
     from tempering.local.errors import LocalEngineError
 
     try:
+        if _is_remote(args, list(getattr(args, "paths", None) or [getattr(args, "path", "")])):
+            from tempering.cli.weights_remote import remote_action
+
+            return remote_action(args, _remote(args))
         if args.action == "list":
             return _list(args)
         if args.action == "show":
@@ -154,7 +176,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
         if args.action == "rm":
             return _rm(args)
         return _prune(args)
-    except (LocalEngineError, ValueError, FileNotFoundError) as exc:
+    except (LocalEngineError, ValueError, FileNotFoundError, tinker.TinkerError) as exc:
         print(f"tempering checkpoints {args.action}: {exc}", file=sys.stderr)
         return 2
 
@@ -180,10 +202,10 @@ def _list(args: argparse.Namespace) -> int:
             continue
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.mtime))
         base = c.meta.base_model if c.meta is not None else "(unreadable meta.json)"
-        print(f"{c.path:<64} {_size(c.size_bytes):>9}  {when}  {base}")
+        print(f"{c.path:<64} {size_text(c.size_bytes):>9}  {when}  {base}")
     total = sum(c.size_bytes for c in stored)
     if not args.json:
-        print(f"{len(stored)} checkpoints, {_size(total)} in {_store(args).root}")
+        print(f"{len(stored)} checkpoints, {size_text(total)} in {_store(args).root}")
     return 0
 
 
@@ -195,8 +217,8 @@ def _show(args: argparse.Namespace) -> int:
     meta = store.read_meta(args.path)
     print(json.dumps({"path": args.path, "directory": str(directory), **meta.to_json()}, indent=2))
     for f in sorted(directory.iterdir()):
-        print(f"  {f.name:<24} {_size(f.stat().st_size):>9}")
-    print(f"  total {_size(directory_size(directory))}")
+        print(f"  {f.name:<24} {size_text(f.stat().st_size):>9}")
+    print(f"  total {size_text(directory_size(directory))}")
     return 0
 
 
@@ -208,12 +230,12 @@ def _rm(args: argparse.Namespace) -> int:
     for path in args.paths:
         freed += remove_checkpoint(store, path)
         print(f"removed {path}")
-    print(f"freed {_size(freed)}")
+    print(f"freed {size_text(freed)}")
     return 0
 
 
 def _prune(args: argparse.Namespace) -> int:
-    older = None if args.older_than is None else _age_s(args.older_than)
+    older = None if args.older_than is None else age_s(args.older_than)
     if args.run_dir is not None:
         from tempering.local.inventory import remove_checkpoint
         from tempering.training.retention import prune_run
@@ -245,12 +267,14 @@ def _prune(args: argparse.Namespace) -> int:
     )
     verb = "would remove" if args.dry_run else "removed"
     for c in chosen:
-        print(f"{verb} {c.path} ({_size(c.size_bytes)})")
-    print(f"{verb} {len(chosen)} checkpoints, {_size(sum(c.size_bytes for c in chosen))}")
+        print(f"{verb} {c.path} ({size_text(c.size_bytes)})")
+    print(f"{verb} {len(chosen)} checkpoints, {size_text(sum(c.size_bytes for c in chosen))}")
     return 0
 
 
 def _drop(store: Any, path: str, remove: Any) -> None:
     if path.startswith("tinker://"):
-        raise ValueError(f"{path} is on a remote service; remove it there (`tinker checkpoint delete`)")
+        raise ValueError(
+            f"{path} is on a service: pass --base-url URL (tempering serve) or --hosted to delete it there"
+        )
     remove(store, path)

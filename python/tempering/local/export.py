@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,14 @@ from tempering.local.model import (
 )
 from tempering.local.tiny import TINY_MODEL
 
-__all__ = ["ExportError", "ExportedModel", "export_checkpoint", "load_checkpoint_model"]
+__all__ = [
+    "ExportError",
+    "ExportedModel",
+    "check_out_dir",
+    "export_checkpoint",
+    "export_downloaded",
+    "load_checkpoint_model",
+]
 
 
 class ExportError(LocalEngineError, ValueError):
@@ -118,15 +126,43 @@ def export_checkpoint(
     overwrite: bool = False,
 ) -> ExportedModel:
     """Write the checkpoint at ``path`` to ``out_dir`` (see the module docstring)."""
-    out = Path(out_dir).expanduser().resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise ExportError(f"{out} exists and is not empty; choose another directory, or overwrite it")
+    out = check_out_dir(out_dir, overwrite)
     model, meta, model_dir, tokenizer = load_checkpoint_model(path, store)
     if adapter and not isinstance(model, PeftModel):
         raise ExportError(
             f"{path!r} is a full fine-tune (no LoRA adapter); export it without --adapter "
             "to get the whole model"
         )
+    card = _model_card(path, meta, model_dir, adapter=adapter, run_config=run_config)
+    files = _write_model(model, model_dir, tokenizer, out, adapter=adapter, card=card)
+    return ExportedModel(
+        out_dir=out,
+        kind="adapter" if adapter else "model",
+        base_model=meta.base_model,
+        base_model_dir=model_dir,
+        files=files,
+    )
+
+
+def check_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
+    """``out_dir`` resolved; refused (:class:`ExportError`) when it holds files, unless ``overwrite``."""
+    out = Path(out_dir).expanduser().resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise ExportError(f"{out} exists and is not empty; choose another directory, or overwrite it")
+    return out
+
+
+def _write_model(
+    model: nn.Module,
+    model_dir: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    out: Path,
+    *,
+    adapter: bool,
+    card: str,
+) -> tuple[str, ...]:
+    """Write ``model`` (its adapter alone, or merged) and ``card`` into a scratch directory
+    beside ``out``, then rename it into place; return the file names."""
     with staged_dir(out, prefix=f".{out.name}-export-") as scratch:
         if adapter:
             assert isinstance(model, PeftModel)
@@ -139,17 +175,71 @@ def export_checkpoint(
             merged.save_pretrained(scratch, safe_serialization=True)
             merged.generation_config.save_pretrained(scratch)
             tokenizer.save_pretrained(scratch)
-        (scratch / "README.md").write_text(
-            _model_card(path, meta, model_dir, adapter=adapter, run_config=run_config), encoding="utf-8"
-        )
+        (scratch / "README.md").write_text(card, encoding="utf-8")
         files = tuple(sorted(p.name for p in scratch.iterdir()))
-    return ExportedModel(
-        out_dir=out,
-        kind="adapter" if adapter else "model",
-        base_model=meta.base_model,
-        base_model_dir=model_dir,
-        files=files,
-    )
+    return files
+
+
+def export_downloaded(
+    source: Path,
+    out_dir: str | os.PathLike[str],
+    *,
+    origin: str,
+    base_model: str,
+    adapter: bool = False,
+    store_root: Path | None = None,
+    run_config: Mapping[str, object] | None = None,
+    overwrite: bool = False,
+) -> ExportedModel:
+    """Export weights downloaded in Hugging Face format (``source``: a PEFT adapter directory,
+    as ``save_weights_external`` writes for a LoRA run) the way :func:`export_checkpoint` does.
+
+    The adapter goes onto the base model its config names when that directory exists here,
+    else onto ``base_model`` (``tempering/tiny``, a local directory, or a Hugging Face hub
+    name, which transformers downloads). ``origin`` (the ``tinker://`` path) goes in the card.
+    """
+    out = check_out_dir(out_dir, overwrite)
+    config_file = source / "adapter_config.json"
+    if not config_file.is_file():
+        raise ExportError(
+            f"the weights downloaded for {origin} are not a PEFT adapter (no adapter_config.json "
+            f"among {sorted(p.name for p in source.iterdir())}); only LoRA runs export this way"
+        )
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    named = str(config.get("base_model_name_or_path") or "") if isinstance(config, dict) else ""
+    model_dir = _base_model_dir(named, base_model, store_root)
+    placement = Placement(device=torch.device("cpu"), dtype=torch.float32)
+    base = load_base_model(model_dir, placement, on_cpu=True)
+    try:
+        with warnings.catch_warnings():  # peft on transformers 5 asks a deprecated attribute
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            model = PeftModel.from_pretrained(base, str(source))
+    except Exception as exc:  # peft raises many types; name the download in one
+        raise IncompatibleCheckpointError(
+            f"the adapter downloaded for {origin} does not fit its base model {model_dir}: {exc}"
+        ) from exc
+    model.eval()
+    lines = [
+        f"- checkpoint: `{origin}` (downloaded through the tinker SDK's REST client)",
+        f"- base model: `{base_model}` (from `{model_dir}`)",
+        f"- training: LoRA rank {config.get('r')}, alpha {config.get('lora_alpha')}",
+    ]
+    card = _card_text(lines, adapter=adapter, run_config=run_config)
+    files = _write_model(model, model_dir, load_tokenizer(model_dir), out, adapter=adapter, card=card)
+    kind = "adapter" if adapter else "model"
+    return ExportedModel(out_dir=out, kind=kind, base_model=base_model, base_model_dir=model_dir, files=files)
+
+
+def _base_model_dir(named: str, base_model: str, store_root: Path | None) -> Path:
+    """Where the base model is: the adapter's own reference when that directory is here, else
+    ``base_model`` resolved as the local engine does (or left as a hub name)."""
+    if named and (Path(named).expanduser() / "config.json").is_file():
+        return Path(named).expanduser().resolve()
+    root = store_root if store_root is not None else CheckpointStore().root
+    try:
+        return resolve_model_dir(base_model, root)
+    except LocalEngineError:
+        return Path(base_model)  # a hub name: transformers downloads it
 
 
 def _model_card(
@@ -166,6 +256,15 @@ def _model_card(
         if meta.lora is not None
         else "full fine-tuning"
     )
+    lines = [
+        f"- checkpoint: `{path}` ({meta.kind}, after {meta.optimizer_steps} optimizer steps)",
+        f"- base model: `{base}` (from `{model_dir}`)",
+        f"- training: {training}",
+    ]
+    return _card_text(lines, adapter=adapter, run_config=run_config)
+
+
+def _card_text(provenance: list[str], *, adapter: bool, run_config: Mapping[str, object] | None) -> str:
     what = (
         "a PEFT LoRA adapter; load it onto the base model with `peft.PeftModel.from_pretrained`"
         if adapter
@@ -182,9 +281,7 @@ def _model_card(
         "",
         f"This directory is {what}.",
         "",
-        f"- checkpoint: `{path}` ({meta.kind}, after {meta.optimizer_steps} optimizer steps)",
-        f"- base model: `{base}` (from `{model_dir}`)",
-        f"- training: {training}",
+        *provenance,
     ]
     if run_config is not None:
         lines += ["", "## Training run config", "", "```json", json.dumps(run_config, indent=2), "```"]

@@ -19,14 +19,24 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tempering.local.checkpoints import SCHEME, CheckpointMeta, CheckpointStore
 from tempering.local.errors import CheckpointNotFoundError
 
-__all__ = ["StoredCheckpoint", "directory_size", "list_stored", "prune_store", "remove_checkpoint"]
+__all__ = [
+    "StoredCheckpoint",
+    "directory_size",
+    "list_stored",
+    "prune_store",
+    "remove_checkpoint",
+    "select_for_pruning",
+]
+
+_C = TypeVar("_C")
 
 
 @dataclass(frozen=True)
@@ -126,26 +136,53 @@ def prune_store(
     The newest checkpoint of each run and kind is never removed, nor any path in ``keep``.
     At least one of ``keep_last`` / ``older_than_s`` must be given. Returns what was (with
     ``dry_run``: would be) removed."""
+    chosen = select_for_pruning(
+        list_stored(store, run_id),
+        group=lambda c: (c.run_id, c.kind),
+        mtime=lambda c: c.mtime,
+        path=lambda c: c.path,
+        keep_last=keep_last,
+        older_than_s=older_than_s,
+        keep=keep,
+        now=time.time() if now is None else now,
+    )
+    if not dry_run:
+        for c in chosen:
+            remove_checkpoint(store, c.path)
+    return chosen
+
+
+def select_for_pruning(
+    items: Iterable[_C],
+    *,
+    group: Callable[[_C], Hashable],
+    mtime: Callable[[_C], float],
+    path: Callable[[_C], str],
+    keep_last: int | None,
+    older_than_s: float | None,
+    now: float,
+    keep: Sequence[str] = (),
+) -> list[_C]:
+    """The items the prune rules of :func:`prune_store` choose, oldest first: per ``group``
+    (a run and kind), all but the newest ``keep_last`` (never the newest one), and only those
+    older than ``older_than_s``; never a path in ``keep``. Shared by the local store and the
+    REST client's listing (:mod:`tempering.local.remote`)."""
     if keep_last is None and older_than_s is None:
         raise ValueError("prune needs a rule: keep_last=N and/or older_than_s=SECONDS")
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"keep_last must be >= 1 (the newest checkpoint of a run is kept), got {keep_last}")
-    now = time.time() if now is None else now
-    groups: dict[tuple[str, str], list[StoredCheckpoint]] = {}
-    for c in list_stored(store, run_id):
-        groups.setdefault((c.run_id, c.kind), []).append(c)
-    chosen: list[StoredCheckpoint] = []
+    groups: dict[Hashable, list[_C]] = {}
+    for item in items:
+        groups.setdefault(group(item), []).append(item)
+    chosen: list[_C] = []
     for members in groups.values():
-        newest_first = sorted(members, key=lambda c: (c.mtime, c.path), reverse=True)
+        newest_first = sorted(members, key=lambda c: (mtime(c), path(c)), reverse=True)
         protected = 1 if keep_last is None else keep_last
         for c in newest_first[protected:]:
-            if c.path in keep:
+            if path(c) in keep:
                 continue
-            if older_than_s is not None and now - c.mtime <= older_than_s:
+            if older_than_s is not None and now - mtime(c) <= older_than_s:
                 continue
             chosen.append(c)
-    chosen.sort(key=lambda c: (c.mtime, c.path))
-    if not dry_run:
-        for c in chosen:
-            remove_checkpoint(store, c.path)
+    chosen.sort(key=lambda c: (mtime(c), path(c)))
     return chosen

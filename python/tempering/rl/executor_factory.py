@@ -5,7 +5,7 @@ from __future__ import annotations
 from tempering.rl.executors import InlineExecutor, ProcessPoolExecutor, RolloutExecutor
 from tempering.rl.ray_executor import RayExecutor
 
-__all__ = ["make_executor"]
+__all__ = ["executor_metrics", "make_executor"]
 
 
 def make_executor(
@@ -21,3 +21,9 @@ def make_executor(
         pool = ProcessPoolExecutor(env_workers)
         return pool, pool
     return InlineExecutor(), None
+
+
+def executor_metrics(executor: RolloutExecutor) -> dict[str, float]:
+    """The executor's own counters, logged with each RL step: ``ray/workers``,
+    ``ray/queue_depth``, ``ray/transit_s``, … on Ray (:meth:`RayExecutor.metrics`); none else."""
+    return executor.metrics() if isinstance(executor, RayExecutor) else {}

@@ -55,7 +55,7 @@ from tempering.rl.data import (
     remove_constant_reward_groups,
     trajectories_to_batch,
 )
-from tempering.rl.executor_factory import make_executor
+from tempering.rl.executor_factory import executor_metrics, make_executor
 from tempering.rl.executors import RolloutExecutor
 from tempering.rl.loss_inputs import loss_datums
 from tempering.rl.metrics import Timers, mismatch_metrics, rollout_metrics
@@ -360,7 +360,7 @@ class _Run:
         # The weights after this step sample the next one (queued behind its optim_step).
         self.policy = self._policy(self.loop.sampling_client(), step + 1)
         await self.async_groups.submitted(step + 1)
-        metrics = rollout_metrics(used)
+        metrics = rollout_metrics(used) | executor_metrics(self.executor)
         n_stale = self.async_groups.stale.n_stale - stale_before
         n_seen = len(used) + n_stale
         n_failed = sum(r.group is None for r in used)

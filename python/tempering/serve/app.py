@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from tinker import types as ttypes
 
+from tempering.serve.checkpoints import checkpoint_routes
 from tempering.serve.engine import (
     DEFAULT_SESSION_TTL_S,
     Engine,
@@ -297,6 +298,8 @@ def build_app(
         ("/api/v1/asample", asample, ["POST"]),
         ("/api/v1/retrieve_future", retrieve_future, ["POST"]),
     ]
+    keyed, public = checkpoint_routes(engine, parse, api_key)
+    routes += keyed
 
     async def expire_sessions(ttl_s: float) -> None:
         while True:
@@ -322,7 +325,8 @@ def build_app(
         return _error(404, f"no route {request.method} {request.url.path}")
 
     return Starlette(
-        routes=[Route(path, endpoint(fn), methods=methods) for path, fn, methods in routes],
+        routes=[Route(path, endpoint(fn), methods=methods) for path, fn, methods in routes]
+        + [Route(path, fn, methods=methods) for path, fn, methods in public],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: not_found},
     )
