@@ -11,7 +11,10 @@ both trained models are evaluated by tempering's held-out evaluator (independent
 problem; 200 problems, greedy and 4 samples at T=1, evaluation seeds 0, 1, 2). Prints one line
 per side and the ratio; figures go to docs/benchmarks.md. Under plain pytest a tiny smoke run
 (5 SFT steps, 2 RL steps of 2 × 4, 8 held-out problems) checks that both sides train and that
-TRL's model evaluates. ``BENCH_RL_STEPS`` / ``BENCH_SFT_STEPS`` override the step counts.
+TRL's model evaluates. ``BENCH_RL_STEPS`` / ``BENCH_SFT_STEPS`` override the step counts;
+``BENCH_SFT_STATE`` (a ``tempering://…`` state path, e.g. a demo run's ``sft`` checkpoint) skips
+the SFT stage and starts both sides from that checkpoint; ``BENCH_RL_PEERS_OUT`` (a file) keeps
+the printed figures and their JSON.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def _timing(request: pytest.FixtureRequest) -> bool:
 def _settings(full: bool, out: Path) -> dict[str, Any]:
     env = os.environ.get
     return {
+        "full": full,
         "seed": 0,
         "n_test": 200,
         "prompts": 16 if full else 2,
@@ -64,6 +68,9 @@ async def _sft(s: dict[str, Any]) -> tuple[str, str]:
     from tempering.recipes.stages import SFTStage, sft_stage_at
 
     out = Path(s["out"])
+    given = os.environ.get("BENCH_SFT_STATE") if s["full"] else None
+    if given:
+        return given, str(export_checkpoint(given, out / "sft-hf").out_dir)
     train, _ = split_problems(seed=s["seed"], n_test=s["n_test"])
     path = write_chat_jsonl(train, out / "data" / "train.jsonl")
     service = ServiceClient(num_threads=1, device="cpu")
