@@ -4,17 +4,19 @@ extra (``trl``); skipped without it. Run on demand: ``make bench`` or
 
     .venv/bin/python -m pytest tests/benchmarks/test_bench_rl_peers.py --benchmark-enable -s
 
-Full workload (``make bench``): the demo's SFT stage (600 steps × 64, full fine-tuning), exported
-as a Hugging Face model directory for TRL; then each side trains 80 steps × 16 prompts × 16
-generations in its own process (tests/benchmarks/rl_peers.py says how each is configured), and
-both trained models are evaluated by tempering's held-out evaluator (independent seed per
-problem; 200 problems, greedy and 4 samples at T=1, evaluation seeds 0, 1, 2). Prints one line
-per side and the ratio; figures go to docs/benchmarks.md. Under plain pytest a tiny smoke run
-(5 SFT steps, 2 RL steps of 2 × 4, 8 held-out problems) checks that both sides train and that
-TRL's model evaluates. ``BENCH_RL_STEPS`` / ``BENCH_SFT_STEPS`` override the step counts;
-``BENCH_SFT_STATE`` (a ``tempering://…`` state path, e.g. a demo run's ``sft`` checkpoint) skips
-the SFT stage and starts both sides from that checkpoint; ``BENCH_RL_PEERS_OUT`` (a file) keeps
-the printed figures and their JSON.
+Full workload (``make bench``): the demo's SFT stage (600 steps × 64, full fine-tuning),
+exported as a Hugging Face model directory for TRL; then each side trains 80 steps × 16 prompts
+× 16 generations in its own process (tests/benchmarks/rl_peers.py says how each is configured),
+``BENCH_RL_ROUNDS`` times (default 2) interleaved ABBA (tempering, TRL, TRL, tempering, ...) so
+that both sides meet the same background load; each side's mean over the rounds is reported with every
+round's s/step and ratio. The first round's trained models are evaluated by tempering's held-out
+evaluator (independent seed per problem; 200 problems, greedy and 4 samples at T=1, evaluation
+seeds 0, 1, 2). Prints one line per side and the ratio; figures go to docs/benchmarks.md. Under
+plain pytest a tiny smoke run (5 SFT steps, 2 RL steps of 2 × 4, 8 held-out problems) checks
+that both sides train and that TRL's model evaluates. ``BENCH_RL_STEPS`` / ``BENCH_SFT_STEPS``
+override the step counts; ``BENCH_SFT_STATE`` (a ``tempering://…`` state path, e.g. a demo run's
+``sft`` checkpoint) skips the SFT stage and starts both sides from that checkpoint;
+``BENCH_RL_PEERS_OUT`` (a file) keeps the printed figures and their JSON.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def _settings(full: bool, out: Path) -> dict[str, Any]:
         "out": str(out),
         "eval_problems": 200 if full else 8,
         "eval_seeds": list(EVAL_SEEDS if full else EVAL_SEEDS[:1]),
+        "rounds": int(env("BENCH_RL_ROUNDS", "2")) if full else 1,
     }
 
 
@@ -141,6 +144,25 @@ async def _evaluate(s: dict[str, Any], models: dict[str, str]) -> dict[str, dict
     return out
 
 
+def _combine(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each side's figures over the rounds: mean timings (and every round's ``step_s``), the
+    first round's model (the one evaluated) and the highest peak RSS; plus the per-round
+    ratios."""
+    sides: dict[str, dict[str, Any]] = {}
+    for name in ("tempering", "trl"):
+        runs = [r[name] for r in rounds]
+        sides[name] = {
+            key: statistics.fmean(r[key] for r in runs)
+            for key in ("wall_s", "train_s", "step_s", "samples_per_s")
+        } | {
+            "model": runs[0]["model"],
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "step_s_runs": [r["step_s"] for r in runs],
+        }
+    sides["ratio"] = {"runs": [r["trl"]["step_s"] / r["tempering"]["step_s"] for r in rounds]}
+    return sides
+
+
 def _report(s: dict[str, Any], sides: dict[str, dict[str, Any]], acc: dict[str, dict[str, Any]]) -> str:
     lines = [
         f"RL peers: {s['steps']} steps x {s['prompts']} prompts x {s['generations']} generations, "
@@ -163,7 +185,11 @@ def _report(s: dict[str, Any], sides: dict[str, dict[str, Any]], acc: dict[str, 
             f"[95% CI {lo:.1%}-{hi:.1%}]"
         )
     ratio = sides["trl"]["step_s"] / sides["tempering"]["step_s"]
-    lines.append(f"  ratio (TRL s/step / tempering s/step): {ratio:.2f}x")
+    per_round = ", ".join(f"{x:.2f}x" for x in sides["ratio"]["runs"])
+    lines.append(f"  ratio (TRL s/step / tempering s/step, means): {ratio:.2f}x (per round: {per_round})")
+    for name in ("tempering", "trl"):
+        runs = ", ".join(f"{x:.3f}" for x in sides[name]["step_s_runs"])
+        lines.append(f"  {name} s/step per round: {runs}")
     return "\n".join(lines)
 
 
@@ -173,13 +199,17 @@ def test_bench_rl_against_trl(benchmark: object, request: pytest.FixtureRequest,
     s = _settings(full, tmp_path)
     state_path, hf_dir = asyncio.run(_sft(s))
     s |= {"init_state": state_path, "hf_model": hf_dir}
-    sides: dict[str, dict[str, Any]] = {}
+    rounds: list[dict[str, dict[str, Any]]] = []
 
     def run() -> None:
-        sides["tempering"] = _side("tempering", s)
-        sides["trl"] = _side("trl", s)
+        # Interleaved (ABBA...): both sides meet the same background load on a shared machine.
+        for i in range(s["rounds"]):
+            order = ("tempering", "trl") if i % 2 == 0 else ("trl", "tempering")
+            here = s | {"out": str(Path(s["out"]) / f"round{i}")}
+            rounds.append({side: _side(side, here) for side in order})
 
     benchmark.pedantic(run, rounds=1)  # type: ignore[attr-defined]
+    sides = _combine(rounds)
     acc = asyncio.run(
         _evaluate(
             s, {"sft": state_path, "tempering": sides["tempering"]["model"], "trl": sides["trl"]["model"]}
