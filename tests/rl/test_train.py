@@ -118,6 +118,11 @@ def _assert_same_run(a: Sequence[Mapping[str, object]], b: Sequence[Mapping[str,
                 assert math.isnan(other), key
             elif key.startswith(("env/", "tokens/", "optim/substeps", "step", "batch", "test/")):
                 assert value == other, (key, value, other)
+            elif key == "optim/loss_sum" and isinstance(value, float) and isinstance(other, float):
+                # A sum of ``tokens/trained`` terms of size ~|A| that nearly cancel (the group's
+                # advantages sum to 0): its rounding grows with the number of terms.
+                scale = 1e-6 * max(1.0, float(x.get("tokens/trained", 1.0)))  # type: ignore[arg-type]
+                assert value == pytest.approx(other, rel=1e-4, abs=scale), (key, value, other)
             else:
                 assert value == pytest.approx(other, rel=1e-4, abs=1e-6), (key, value, other)
 

@@ -2,8 +2,10 @@
 
 One ``sample`` request prefills its prompt once, then copies the cache to its ``num_samples``
 rows and decodes them together, dropping rows as they stop. Requests that arrive while the
-client is busy are coalesced: their prompts are prefilled one by one and their rows decoded in
-one batch (the shorter prompts' caches are left-padded and masked).
+client is busy, or while its weights are still being prepared (a sampling client made right
+after an ``optim_step``, as RL makes one every step), are coalesced: their prompts are
+prefilled one by one and their rows decoded in one batch (the shorter prompts' caches are
+left-padded and masked), up to ``MAX_BATCH_ROWS`` rows.
 
 The logprob returned for each sampled token is its logprob under the distribution it was drawn
 from: logits divided by the temperature, then restricted to the top-k tokens and to the top-p
@@ -53,10 +55,40 @@ class _SamplerState:
     def __init__(self, model: ConcurrentFuture[SamplerModel]) -> None:
         self.model = model
         self.pending: deque[SampleRequest] = deque()
+        self.unmade: deque[_Unmade] = deque()
+        """Requests that arrived before the weights were ready, checked once they are."""
         self.lock = threading.Lock()
+
+    def make_pending(self) -> None:
+        """Check the requests that waited for the weights and queue them (together, so that
+        they decode in one batch); a request that fails its check fails alone."""
+        with self.lock:
+            unmade, self.unmade = list(self.unmade), deque()
+        if not unmade:
+            return
+        try:
+            sampler = self.model.result()
+        except BaseException as exc:
+            for _, out in unmade:
+                _fail(out, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        made: list[SampleRequest] = []
+        for make, out in unmade:
+            try:
+                request = make(sampler)
+            except Exception as exc:
+                _fail(out, exc)
+                continue
+            request.result = out
+            made.append(request)
+        with self.lock:
+            self.pending.extend(made)
 
     def drain(self) -> None:
         """Run every pending request, coalescing as many as fit in one batch."""
+        self.make_pending()
         while True:
             with self.lock:
                 if not self.pending:
@@ -87,6 +119,14 @@ class _SamplerState:
             return
         for r, response in zip(live, responses, strict=True):
             r.result.set_result(response)
+
+
+def _fail(out: ConcurrentFuture[ttypes.SampleResponse], exc: BaseException) -> None:
+    if not out.done():
+        out.set_exception(exc)
+
+
+_Unmade = tuple[Callable[[SamplerModel], SampleRequest], ConcurrentFuture[ttypes.SampleResponse]]
 
 
 def _coalescable(sampler: SamplerModel) -> bool:
@@ -160,19 +200,16 @@ class LocalSamplingClient:
                 self._state.pending.append(request)
             self._executor.submit(self._state.drain)
             return LocalFuture(request.result)
-        # The weights are still being prepared: check the request once they are.
+        # The weights are still being prepared: check the request once they are. Every request
+        # that arrives meanwhile waits in ``unmade``; the first worker task after the weights
+        # are ready checks them all and decodes them together.
         out: ConcurrentFuture[ttypes.SampleResponse] = ConcurrentFuture()
+        with self._state.lock:
+            self._state.unmade.append((make, out))
         state = self._state
 
         def when_ready() -> None:
-            try:
-                request = make(state.model.result())
-            except Exception as exc:
-                out.set_exception(exc)
-                return
-            request.result = out
-            with state.lock:
-                state.pending.append(request)
+            state.model.exception()  # waits for the weights
             state.drain()
 
         self._executor.submit(when_ready)

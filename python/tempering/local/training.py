@@ -34,6 +34,7 @@ from tempering.local.errors import IncompatibleCheckpointError
 from tempering.local.futures import LocalFuture, Worker, WorkerClient
 from tempering.local.losses import Batch, build_batch, get_loss, resolve_config
 from tempering.local.model import Placement, hf_model, inference_copy, trainable_parameters
+from tempering.local.prefix import plan_prefix, shared_prefix_logits, supports_prefix_sharing
 from tempering.local.sampling import LocalSamplingClient, SamplerModel
 from tempering_protocols.backend import CustomLossFn
 
@@ -92,6 +93,7 @@ class LocalTrainingClient(WorkerClient):
         self._vocab_size = int(config.vocab_size)
         self._max_length = int(getattr(config, "max_position_embeddings", 0) or 1 << 20)
         self._arch = str(config.model_type)
+        self._share_prefixes = supports_prefix_sharing(hf_model(model))
 
     @property
     def checkpoint_store(self) -> CheckpointStore:
@@ -134,9 +136,20 @@ class LocalTrainingClient(WorkerClient):
         return self._worker.submit(lambda: self._custom(data, loss_fn))
 
     def _target_logprobs(self, batch: Batch) -> torch.Tensor:
-        """``lp[b, t, k]``: log-probability of ``targets[b, t, k]`` after ``input_ids[b, :t+1]``."""
-        out = self._model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        logits_B_L_V = out.logits.float()
+        """``lp[b, t, k]``: log-probability of ``targets[b, t, k]`` after ``input_ids[b, :t+1]``.
+        Datums that share their first tokens (an RL group's prompt) share that part of the
+        forward pass (:mod:`tempering.local.prefix`)."""
+        plan = None
+        if self._share_prefixes:
+            ids = batch.input_ids.cpu().numpy()
+            mask = batch.attention_mask
+            lengths = mask.sum(dim=1).cpu().numpy() if mask is not None else np.full(len(ids), ids.shape[1])
+            plan = plan_prefix(ids, lengths.astype(np.int64))
+        if plan is not None:
+            logits = shared_prefix_logits(self._model, batch.input_ids, batch.attention_mask, plan)
+        else:
+            logits = self._model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        logits_B_L_V = logits.float()
         lse_B_L_1 = torch.logsumexp(logits_B_L_V, dim=-1, keepdim=True)
         return logits_B_L_V.gather(-1, batch.targets) - lse_B_L_1
 
