@@ -29,6 +29,8 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from tempering.local.decoding import cache_kwargs
+
 __all__ = ["PrefixPlan", "plan_prefix", "shared_prefix_logits", "supports_prefix_sharing"]
 
 MIN_SAVING = 0.25
@@ -104,8 +106,8 @@ def shared_prefix_logits(
     first_G = torch.from_numpy(plan.first_G).to(device)
     group_B = torch.from_numpy(plan.group_B).to(device)
     prefix_G_P = input_ids_B_L[:, :P].index_select(0, first_G)
-    out = model(input_ids=prefix_G_P, use_cache=True)
-    shared: DynamicCache = out.past_key_values
+    shared = DynamicCache()
+    out = model(input_ids=prefix_G_P, **cache_kwargs(model, shared), use_cache=True)
     cache = DynamicCache()
     for layer, entry in enumerate(shared.layers):
         assert isinstance(entry, DynamicLayer)
@@ -119,7 +121,7 @@ def shared_prefix_logits(
         input_ids=input_ids_B_L[:, P:],
         attention_mask=attention_B_L,
         position_ids=positions,
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         use_cache=True,
     )
     return torch.cat([out.logits.index_select(0, group_B), rest.logits], dim=1)
