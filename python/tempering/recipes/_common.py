@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from tempering.backend import ServiceClient, service_client, uses_hosted_service
+from tempering.backend import ServiceClient, load_renderer, service_client, uses_hosted_service
 from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
+    from tempering_protocols import Renderer
 
 __all__ = [
     "TINY_MODEL",
@@ -75,6 +76,14 @@ class RecipeConfig:
     """Seeds the data split and order, the initialisation and the sampling."""
     progress: bool = True
     """Show the progress bars."""
+
+    def renderer(self) -> Renderer:
+        """The renderer of ``base_model`` (``renderer_name``, else the model's recommended one)."""
+        return load_renderer(self.base_model, self.renderer_name)
+
+    def check_positive(self, *names: str) -> None:
+        """:func:`require_positive` of these fields, naming this config's class."""
+        require_positive(type(self).__name__, **{name: getattr(self, name) for name in names})
 
 
 @attrs.frozen
