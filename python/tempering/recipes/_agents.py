@@ -21,9 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import attrs
-
-from tempering.recipes._common import RecipeConfig, RecipeResult
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, recipe_session, sft_then_rl
 from tempering_protocols import EnvGroupBuilder, RLDatasetBuilder, SamplingClient, TrainOnWhat, Trajectory
 
@@ -36,29 +34,18 @@ MakeTask = Callable[["TrainResult | None"], Awaitable[tuple[RLDatasetBuilder, Ev
 """``make_task(sft)``: the RL task and the evaluation, given the SFT stage's result."""
 
 
-@attrs.frozen(kw_only=True)
-class AgentRecipe(RecipeConfig):
-    """The flags and the pipeline the agent recipes share. Subclasses set their own defaults and
-    ``NAME``, and implement :meth:`run`."""
-
-    sft_steps: int = 100
-    sft_batch_size: int = 16
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 4
-    rl_batch_size: int = 4
-    group_size: int = 4
-    rl_learning_rate: float = 1e-4
-    max_tokens: int = 32
-    """Tokens per reply."""
-    eval_samples: int = 1
-    """Episodes per evaluation item, before and after RL."""
+@recipe_flags(rl_steps=4, rl_batch_size=4, group_size=4, eval_samples=1)
+class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+    """The flags and the pipeline the agent recipes share. Subclasses set their own defaults
+    (:func:`~tempering.recipes._common.recipe_flags`) and ``NAME``, and implement :meth:`run`."""
 
     NAME: ClassVar[str] = ""
 
-    def check_positive(self, *names: str) -> None:
+    def check_positive(self, names: str) -> None:
         """Refuse any of these fields (and the shared ones) below 1."""
-        shared = ("sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size", "group_size", "max_tokens")
-        super().check_positive(*shared, *names)
+        super().check_positive(
+            f"sft_steps sft_batch_size rl_steps rl_batch_size group_size max_tokens {names}"
+        )
 
     async def __call__(self) -> RecipeResult:
         async with recipe_session(self.NAME, self) as s:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform
 
 import attrs
 
@@ -36,14 +36,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TINY_MODEL",
+    "GroupFlags",
+    "RLFlags",
     "RecipeConfig",
     "RecipeResult",
+    "SFTFlags",
     "close_service",
     "default_learning_rate",
     "default_lora_rank",
     "finish",
     "fresh_model",
     "prepare_run_dir",
+    "recipe_flags",
     "recipe_service",
     "require_positive",
 ]
@@ -81,9 +85,80 @@ class RecipeConfig:
         """The renderer of ``base_model`` (``renderer_name``, else the model's recommended one)."""
         return load_renderer(self.base_model, self.renderer_name)
 
-    def check_positive(self, *names: str) -> None:
-        """:func:`require_positive` of these fields, naming this config's class."""
-        require_positive(type(self).__name__, **{name: getattr(self, name) for name in names})
+    def check_positive(self, names: str) -> None:
+        """:func:`require_positive` of these fields (``names``: separated by spaces), naming this
+        config's class."""
+        require_positive(type(self).__name__, **{name: getattr(self, name) for name in names.split()})
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class SFTFlags:
+    """The flags of a recipe's SFT warm start (read by ``SFTStage.of(config, "sft_")``)."""
+
+    sft_steps: int = 100
+    sft_batch_size: int = 16
+    sft_learning_rate: float = 1e-3
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class RLFlags:
+    """The flags of a recipe's RL stage (``RLStage.of(config, "rl_")``)."""
+
+    rl_steps: int = 20
+    rl_batch_size: int = 8
+    """Prompts (problems, secrets, questions, groups) per RL step (``P``)."""
+    rl_learning_rate: float = 1e-4
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class GroupFlags:
+    """The sampling flags of a recipe's RL and evaluation."""
+
+    group_size: int = 8
+    """Samples per prompt (``G``), sharing it."""
+    max_tokens: int = 32
+    """Tokens per sampled reply."""
+    eval_samples: int = 4
+    """Samples per evaluation item, before and after RL."""
+
+
+C = TypeVar("C")
+
+
+def _nearest_default(cls: type, field: attrs.Attribute[Any]) -> object:
+    """An inherited field's default as the nearest base class that has it sets it (attrs itself
+    would take the class that declares it)."""
+    if field.name in cls.__dict__.get("__annotations__", {}):
+        return field.default
+    for base in cls.__mro__[1:]:
+        found = [a for a in getattr(base, "__attrs_attrs__", ()) if a.name == field.name]
+        if found:
+            return found[0].default
+    return field.default
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(attrs.field,))
+def recipe_flags(**defaults: object) -> Callable[[type[C]], type[C]]:
+    """``attrs.frozen(kw_only=True)``, with the defaults of inherited flags replaced by
+    ``defaults`` (a recipe's own defaults of :class:`SFTFlags`, :class:`RLFlags`, ...).
+
+    Example::
+
+        @recipe_flags(sft_steps=300, rl_steps=30)
+        class MyRecipe(RecipeConfig, SFTFlags, RLFlags):
+            turns: int = 4
+    """
+
+    def transform(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+        unknown = set(defaults) - {f.name for f in fields}
+        if unknown:
+            raise TypeError(f"{cls.__name__}: recipe_flags names no field {sorted(unknown)}")
+        return [f.evolve(default=defaults.get(f.name, _nearest_default(cls, f))) for f in fields]
+
+    def decorate(cls: type[C]) -> type[C]:
+        return attrs.frozen(kw_only=True, field_transformer=transform)(cls)
+
+    return decorate
 
 
 @attrs.frozen

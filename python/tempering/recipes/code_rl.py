@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import attrs
-
 from tempering.envs.agent_data import write_chats
 from tempering.envs.code import (
     CODE_SYSTEM_PROMPT,
@@ -35,7 +33,7 @@ from tempering.envs.code import (
     RewardMode,
     code_messages,
 )
-from tempering.recipes._common import RecipeConfig, RecipeResult
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
 from tempering.rl.task_evals import evaluate_code
 from tempering.tools.sandbox import LocalSandbox
@@ -59,41 +57,30 @@ def write_solutions(path: Path, problems: Sequence[CodeProblem], system_prompt: 
     return write_chats(path, rows)
 
 
-@attrs.frozen(kw_only=True)
-class CodeRLRecipe(RecipeConfig):
-    """Code RL: SFT on reference solutions, then RL graded by tests in a sandbox; calling it runs it."""
+@recipe_flags(
+    sft_steps=300, sft_batch_size=32, rl_steps=20, rl_batch_size=8, rl_learning_rate=1e-5, max_tokens=128
+)
+class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+    """Code RL: SFT on reference solutions, then RL graded by tests in a sandbox; calling it runs it.
+
+    ``sft_steps`` 0 skips SFT (RL starts from the base model). ``rl_learning_rate``: 1e-4 (the
+    other recipes' RL rate) undoes the SFT stage here (docs/recipes/code-rl.md).
+    """
 
     n_test: int = 8
     """Problems held out of SFT and RL (of 40)."""
     reward: RewardMode = "fraction"
     """``fraction``: the share of tests passed; ``all``: 1 only when every test passes."""
-    sft_steps: int = 300
-    """SFT steps on the reference solutions; 0 skips SFT (RL starts from the base model)."""
     init_state: str | None = None
     """A ``save_state`` checkpoint to start RL from instead of the SFT stage (which is skipped,
     with its evaluation: the figures before RL are the checkpoint's own run's)."""
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 20
-    rl_batch_size: int = 8
-    group_size: int = 8
-    rl_learning_rate: float = 1e-5
-    """1e-4 (the other recipes' RL rate) undoes the SFT stage here: docs/recipes/code-rl.md."""
     rl_eval_every: int = 5
-    max_tokens: int = 128
-    eval_samples: int = 4
     sandbox_seconds: float = 5.0
     """Wall- and CPU-time limit of one grading run."""
 
     def __attrs_post_init__(self) -> None:
         self.check_positive(
-            "sft_batch_size",
-            "rl_steps",
-            "rl_batch_size",
-            "group_size",
-            "max_tokens",
-            "eval_samples",
-            "sandbox_seconds",
+            "sft_batch_size rl_steps rl_batch_size group_size max_tokens eval_samples sandbox_seconds"
         )
         if self.sft_steps < 0:
             raise ValueError(f"CodeRLRecipe.sft_steps (--sft-steps) must be >= 0, got {self.sft_steps}")

@@ -44,7 +44,7 @@ import attrs
 from tempering.envs.game_data import TEACHERS, Teacher, scripted_stats, write_transcripts
 from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberStats, GuessNumberTask
 from tempering.evals.accuracy import wilson_interval
-from tempering.recipes._common import RecipeConfig, RecipeResult
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
 from tempering.rl.evaluate import evaluate_guess_number
 from tempering_protocols import SamplingClient, TrainOnWhat
@@ -59,9 +59,19 @@ def _describe(stats: GuessNumberStats) -> str:
     )
 
 
-@attrs.frozen(kw_only=True)
-class GuessNumberRecipe(RecipeConfig):
-    """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it.
+@recipe_flags(
+    sft_steps=300,
+    sft_batch_size=32,
+    rl_steps=30,
+    rl_batch_size=8,
+    group_size=16,
+    max_tokens=6,
+    eval_samples=16,
+)
+class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+    """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it. ``P``: secrets
+    per RL step (``rl_batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
+    games per evaluation secret.
 
     The defaults are the measured run of docs/recipes/guess-number.md; the test runs a tiny
     budget.
@@ -73,32 +83,20 @@ class GuessNumberRecipe(RecipeConfig):
     max_turns: int = 4
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
-    invalid_reward: float = -1.0
-    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     turn_cost: float = 0.1
     """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     n_test_secrets: int = 0
     """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
     on and evaluated on, with held-out sampling seeds."""
+    invalid_reward: float = -1.0
+    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     sft_games: int = 4000
-    sft_steps: int = 300
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 30
-    rl_batch_size: int = 8
-    """Secrets per RL step (``P``)."""
-    group_size: int = 16
-    """Games per secret (``G``), sharing the secret."""
-    rl_learning_rate: float = 1e-4
     rl_eval_every: int = 10
-    max_tokens: int = 6
-    """Tokens per reply."""
-    eval_samples: int = 16
-    """Games per evaluation secret, before and after RL."""
 
     def __attrs_post_init__(self) -> None:
-        names = ("sft_games", "sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size", "group_size")
-        self.check_positive(*names, "eval_samples", "max_tokens")
+        self.check_positive(
+            "sft_games sft_steps sft_batch_size rl_steps rl_batch_size group_size eval_samples max_tokens"
+        )
         if self.teacher not in TEACHERS:
             raise ValueError(
                 f"GuessNumberRecipe: teacher must be one of {sorted(TEACHERS)}, got {self.teacher!r}"

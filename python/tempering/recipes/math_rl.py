@@ -108,15 +108,7 @@ class MathRLRecipe(RecipeConfig):
     grader_timeout_s: float = 5.0
 
     def __attrs_post_init__(self) -> None:
-        self.check_positive(
-            "rl_steps",
-            "rl_batch_size",
-            "group_size",
-            "n_test",
-            "eval_samples",
-            "eval_seeds",
-            "sft_batch_size",
-        )
+        self.check_positive("rl_steps rl_batch_size group_size n_test eval_samples eval_seeds sft_batch_size")
         if self.sft_steps is not None and self.sft_steps < 0:
             raise ValueError(f"MathRLRecipe.sft_steps (--sft-steps) must be >= 0, got {self.sft_steps}")
         self.task()  # validates the dataset names

@@ -26,44 +26,37 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-import attrs
-
 from tempering.envs.agent_data import write_chats
 from tempering.envs.rubric_task import RubricTask, judge_examples, load_questions, rubric_figures
 from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult, fresh_model
+from tempering.recipes._common import RecipeResult, fresh_model, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, SFTStage, from_flags, sft_stage
 from tempering_protocols import RLDatasetBuilder, SamplingClient, TrainOnWhat
 
 __all__ = ["RubricRecipe"]
 
 
-@attrs.frozen(kw_only=True)
+@recipe_flags(sft_batch_size=32, sft_learning_rate=2e-3, max_tokens=12, eval_samples=1)
 class RubricRecipe(AgentRecipe):
     """Rubric: train (or take) a judge, SFT the policy, RL against the judge; calling it runs
     it. Figures: docs/recipes/rubric.md."""
 
+    NAME: ClassVar[str] = "rubric"
     judge_model: str | None = None
     """The judge's base model; default ``base_model``."""
-    judge_renderer_name: str | None = None
     judge_examples: int = 2000
     judge_sft_steps: int = 100
     """SFT steps of the judge (batches of ``sft_batch_size``, learning rate 2e-3); 0: use
     ``judge_model``'s base weights as the judge."""
+    judge_renderer_name: str | None = None
     judge_timeout_s: float = 60.0
     judge_max_tokens: int = 16
     """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 2e-3
-    max_tokens: int = 12
     eval_questions: int = 100
     """Held-out questions evaluated (of the 100 in ``arithmetic_chat_test.jsonl``)."""
-    eval_samples: int = 1
-
-    NAME: ClassVar[str] = "rubric"
 
     def __attrs_post_init__(self) -> None:
-        self.check_positive("judge_examples", "judge_max_tokens", "eval_questions", "eval_samples")
+        self.check_positive("judge_examples judge_max_tokens eval_questions eval_samples")
         if self.judge_sft_steps < 0:
             raise ValueError(f"RubricRecipe: judge_sft_steps must be >= 0, got {self.judge_sft_steps}")
 

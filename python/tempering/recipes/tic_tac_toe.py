@@ -37,7 +37,7 @@ import attrs
 from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.evals.accuracy import wilson_interval
-from tempering.recipes._common import RecipeConfig, RecipeResult
+from tempering.recipes._common import RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
 from tempering.rl.evaluate import evaluate_against_random
 from tempering.rl.policy import TinkerTokenCompleter
@@ -53,9 +53,10 @@ def _describe(stats: dict[Side, TicTacToeStats]) -> str:
     )
 
 
-@attrs.frozen(kw_only=True)
-class TicTacToeRecipe(RecipeConfig):
+@recipe_flags(sft_steps=600, sft_batch_size=32, rl_steps=30, rl_batch_size=8)
+class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
+    ``rl_batch_size``: self-play groups per RL step (``P``).
 
     The defaults are the measured run of docs/recipes/tic-tac-toe.md; the test runs a tiny
     budget.
@@ -63,15 +64,8 @@ class TicTacToeRecipe(RecipeConfig):
 
     sft_games: int = 2000
     """Random legal games whose positions are the SFT data (about 7.6 positions a game)."""
-    sft_steps: int = 600
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 30
-    rl_batch_size: int = 8
-    """Self-play groups per RL step (``P``)."""
     games_per_group: int = 4
     """Games per group; both players of each are members (``G = 2 * games_per_group``)."""
-    rl_learning_rate: float = 1e-4
     illegal_reward: float = -1.0
     """Reward of a player who moves illegally (which loses the game)."""
     max_tokens: int = 4
@@ -80,8 +74,9 @@ class TicTacToeRecipe(RecipeConfig):
     """Games against the random player per side (X and O), before and after RL."""
 
     def __attrs_post_init__(self) -> None:
-        names = ("sft_games", "sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size", "games_per_group")
-        self.check_positive(*names, "max_tokens", "eval_games")
+        self.check_positive(
+            "sft_games sft_steps sft_batch_size rl_steps rl_batch_size games_per_group max_tokens eval_games"
+        )
 
     async def __call__(self) -> RecipeResult:
         async with recipe_session("tic-tac-toe", self) as s:

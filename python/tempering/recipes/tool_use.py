@@ -32,39 +32,32 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-import attrs
-
 from tempering.envs.agent_data import write_chats
 from tempering.envs.tool_use_task import SYSTEM, ToolUseTask, scripted_episode, tool_use_figures
 from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult
+from tempering.recipes._common import RecipeResult, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, from_flags
 from tempering_protocols import RLDatasetBuilder, SamplingClient
 
 __all__ = ["ToolUseRecipe"]
 
 
-@attrs.frozen(kw_only=True)
+@recipe_flags(sft_steps=120, max_tokens=96, eval_samples=2)
 class ToolUseRecipe(AgentRecipe):
     """Tool use: SFT on scripted tool-using episodes, then multi-turn RL; calling it runs it.
     Figures: docs/recipes/tool-use.md; the test runs a tiny budget."""
 
+    NAME: ClassVar[str] = "tool-use"
     test_towns: int = 15
     """Towns held out of SFT and RL (of 60); the evaluation asks about them."""
     sft_examples: int = 600
-    sft_steps: int = 120
     max_turns: int = 4
     """Assistant replies per episode (the turn budget); tool calls are capped at the same number."""
-    max_tokens: int = 96
-    """Tokens per reply."""
     eval_questions: int = 5
     """Held-out questions per kind."""
-    eval_samples: int = 2
-
-    NAME: ClassVar[str] = "tool-use"
 
     def __attrs_post_init__(self) -> None:
-        self.check_positive("sft_examples", "max_turns", "eval_questions", "eval_samples")
+        self.check_positive("sft_examples max_turns eval_questions eval_samples")
         if not 1 <= self.test_towns <= 50:
             raise ValueError(
                 f"ToolUseRecipe: test_towns must be in 1..50 (the corpus has 60), got {self.test_towns}"

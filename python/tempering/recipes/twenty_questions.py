@@ -34,7 +34,7 @@ from tempering.envs.agent_data import write_chats
 from tempering.envs.twenty_questions import load_words, twenty_questions_stats
 from tempering.envs.twenty_questions_task import TwentyQuestionsTask, scripted_game
 from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult
+from tempering.recipes._common import RecipeResult, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, from_flags
 from tempering_protocols import Message, RLDatasetBuilder, SamplingClient
 
@@ -44,27 +44,22 @@ if TYPE_CHECKING:
 __all__ = ["TwentyQuestionsRecipe"]
 
 
-@attrs.frozen(kw_only=True)
+@recipe_flags(rl_batch_size=2, max_tokens=24, eval_samples=1)
 class TwentyQuestionsRecipe(AgentRecipe):
     """Twenty questions: SFT on scripted games (both roles), then RL of the asker against the
-    frozen answerer; calling it runs it. Figures: docs/recipes/twenty-questions.md."""
+    frozen answerer; calling it runs it. ``max_tokens``: per question; ``eval_samples``: games
+    per secret (36 secrets) in each evaluation. Figures: docs/recipes/twenty-questions.md."""
 
+    NAME: ClassVar[str] = "twenty-questions"
     answerer_model: str | None = None
     """The answerer's base model (its base weights, untrained); default: the SFT checkpoint."""
     answerer_renderer_name: str | None = None
     max_turns: int = 20
     turn_cost: float = 0.02
     sft_games: int = 1000
-    rl_batch_size: int = 2
-    max_tokens: int = 24
-    """Tokens per question."""
-    eval_samples: int = 1
-    """Games per secret (36 secrets) in each evaluation."""
-
-    NAME: ClassVar[str] = "twenty-questions"
 
     def __attrs_post_init__(self) -> None:
-        self.check_positive("max_turns", "sft_games", "eval_samples")
+        self.check_positive("max_turns sft_games eval_samples")
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         words = load_words()
