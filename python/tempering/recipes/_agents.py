@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, recipe_session, sft_then_rl
+from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, sft_then_rl
 from tempering_protocols import EnvGroupBuilder, RLDatasetBuilder, SamplingClient, TrainOnWhat, Trajectory
 
 if TYPE_CHECKING:
@@ -39,21 +39,11 @@ class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """The flags and the pipeline the agent recipes share. Subclasses set their own defaults
     (:func:`~tempering.recipes._common.recipe_flags`) and ``NAME``, and implement :meth:`run`."""
 
-    NAME: ClassVar[str] = ""
-
     def check_positive(self, names: str) -> None:
         """Refuse any of these fields (and the shared ones) below 1."""
         super().check_positive(
             f"sft_steps sft_batch_size rl_steps rl_batch_size group_size max_tokens {names}"
         )
-
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session(self.NAME, self) as s:
-            return await self.run(s)
-
-    async def run(self, s: RecipeSession) -> RecipeResult:
-        """The recipe in session ``s``."""
-        raise NotImplementedError
 
     async def play(
         self, sampler: SamplingClient, builders: Sequence[EnvGroupBuilder]

@@ -17,13 +17,14 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import shutil
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 import attrs
 
@@ -32,6 +33,7 @@ from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
+    from tempering.recipes.stages import RecipeSession
     from tempering_protocols import Renderer
 
 __all__ = [
@@ -81,6 +83,29 @@ class RecipeConfig:
     progress: bool = True
     """Show the progress bars."""
 
+    NAME: ClassVar[str] = ""
+    """The recipe's name (``tempering recipe NAME``; its run directory's prefix)."""
+    POSITIVE: ClassVar[str] = ""
+    """The fields that must be > 0 (names separated by spaces), checked on construction."""
+
+    def __attrs_post_init__(self) -> None:
+        self.check_positive(self.POSITIVE)
+        self.validate()
+
+    def validate(self) -> None:
+        """A recipe's further checks of its flags (on construction)."""
+
+    async def __call__(self) -> RecipeResult:
+        """Run the recipe: :meth:`run` in a :func:`~tempering.recipes.stages.recipe_session`."""
+        from tempering.recipes.stages import recipe_session
+
+        async with recipe_session(self.NAME, self) as s:
+            return await self.run(s)
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        """The recipe's pipeline in session ``s``."""
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
     def renderer(self) -> Renderer:
         """The renderer of ``base_model`` (``renderer_name``, else the model's recommended one)."""
         return load_renderer(self.base_model, self.renderer_name)
@@ -128,7 +153,7 @@ C = TypeVar("C")
 def _nearest_default(cls: type, field: attrs.Attribute[Any]) -> object:
     """An inherited field's default as the nearest base class that has it sets it (attrs itself
     would take the class that declares it)."""
-    if field.name in cls.__dict__.get("__annotations__", {}):
+    if field.name in inspect.get_annotations(cls):
         return field.default
     for base in cls.__mro__[1:]:
         found = [a for a in getattr(base, "__attrs_attrs__", ()) if a.name == field.name]

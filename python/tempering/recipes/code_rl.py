@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from tempering.envs.agent_data import write_chats
 from tempering.envs.code import (
@@ -34,7 +35,7 @@ from tempering.envs.code import (
     code_messages,
 )
 from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.task_evals import evaluate_code
 from tempering.tools.sandbox import LocalSandbox
 from tempering_protocols import Message, SamplingClient
@@ -78,10 +79,12 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     sandbox_seconds: float = 5.0
     """Wall- and CPU-time limit of one grading run."""
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive(
-            "sft_batch_size rl_steps rl_batch_size group_size max_tokens eval_samples sandbox_seconds"
-        )
+    NAME: ClassVar[str] = "code-rl"
+    POSITIVE: ClassVar[str] = (
+        "sft_batch_size rl_steps rl_batch_size group_size max_tokens eval_samples sandbox_seconds"
+    )
+
+    def validate(self) -> None:
         if self.sft_steps < 0:
             raise ValueError(f"CodeRLRecipe.sft_steps (--sft-steps) must be >= 0, got {self.sft_steps}")
         self.task().problems()  # validates n_test against the problem file
@@ -96,47 +99,45 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
             grading=CodeGrading(sandbox=sandbox, reward=self.reward), system_prompt=CODE_SYSTEM_PROMPT,
         )  # fmt: skip
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("code-rl", self) as s:
-            return await _run(self, s)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        task = self.task()
+        train_problems, test_problems = task.problems()
+        renderer = self.renderer()
 
+        async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
+            figures: dict[str, float] = {}
+            for split, problems in (("train", train_problems), ("test", test_problems)):
+                found = await evaluate_code(
+                    sampler, problems, renderer, task.grading, samples=self.eval_samples,
+                    max_tokens=self.max_tokens, seed=self.seed + 7919,
+                )  # fmt: skip
+                figures |= {f"{stage}_{split}_{k}": v for k, v in found.items()}
+            s.say(f"{stage}: {_describe(figures, stage)}")
+            return figures
 
-async def _run(config: CodeRLRecipe, s: RecipeSession) -> RecipeResult:
-    task = config.task()
-    train_problems, test_problems = task.problems()
-    renderer = config.renderer()
+        def train_data() -> Path:
+            return write_solutions(s.run_dir / "data" / "train.jsonl", train_problems, CODE_SYSTEM_PROMPT)
 
-    async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
-        figures: dict[str, float] = {}
-        for split, problems in (("train", train_problems), ("test", test_problems)):
-            found = await evaluate_code(
-                sampler, problems, renderer, task.grading, samples=config.eval_samples,
-                max_tokens=config.max_tokens, seed=config.seed + 7919,
-            )  # fmt: skip
-            figures |= {f"{stage}_{split}_{k}": v for k, v in found.items()}
-        s.say(f"{stage}: {_describe(figures, stage)}")
-        return figures
-
-    def train_data() -> Path:
-        return write_solutions(s.run_dir / "data" / "train.jsonl", train_problems, CODE_SYSTEM_PROMPT)
-
-    run = await sft_then_rl(
-        s, SFTStage.of(config, "sft_", max_warmup_steps=20), RLStage.of(config, "rl_"), evaluate,
-        train_path=train_data, task=task, init_state=config.init_state, max_tokens=config.max_tokens,
-        rl_what=f" of {config.rl_batch_size} problems x {config.group_size} replies",
-    )  # fmt: skip
-    details = {**(run.before or {}), **run.after}
-    headline = ("train_pass_fraction", "test_pass_fraction", "train_all_pass", "test_all_pass")
-    figures = {
-        f"{st}_{k}": details[f"{st}_{k}"] for st in ("sft", "rl") for k in headline if f"{st}_{k}" in details
-    }
-    extra = {
-        "evaluation": details,
-        "train_problems": [p.id for p in train_problems],
-        "test_problems": [p.id for p in test_problems],
-        "rl_checkpoint": run.rl.final.sampler_path,
-    }
-    return s.finish(figures, extra)
+        run = await sft_then_rl(
+            s, SFTStage.of(self, "sft_", max_warmup_steps=20), RLStage.of(self, "rl_"), evaluate,
+            train_path=train_data, task=task, init_state=self.init_state, max_tokens=self.max_tokens,
+            rl_what=f" of {self.rl_batch_size} problems x {self.group_size} replies",
+        )  # fmt: skip
+        details = {**(run.before or {}), **run.after}
+        headline = ("train_pass_fraction", "test_pass_fraction", "train_all_pass", "test_all_pass")
+        figures = {
+            f"{st}_{k}": details[f"{st}_{k}"]
+            for st in ("sft", "rl")
+            for k in headline
+            if f"{st}_{k}" in details
+        }
+        extra = {
+            "evaluation": details,
+            "train_problems": [p.id for p in train_problems],
+            "test_problems": [p.id for p in test_problems],
+            "rl_checkpoint": run.rl.final.sampler_path,
+        }
+        return s.finish(figures, extra)
 
 
 def _describe(figures: dict[str, float], stage: str) -> str:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import attrs
 
@@ -45,7 +46,7 @@ from tempering.envs.game_data import TEACHERS, Teacher, scripted_stats, write_tr
 from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberStats, GuessNumberTask
 from tempering.evals.accuracy import wilson_interval
 from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.evaluate import evaluate_guess_number
 from tempering_protocols import SamplingClient, TrainOnWhat
 
@@ -93,10 +94,12 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     sft_games: int = 4000
     rl_eval_every: int = 10
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive(
-            "sft_games sft_steps sft_batch_size rl_steps rl_batch_size group_size eval_samples max_tokens"
-        )
+    NAME: ClassVar[str] = "guess-number"
+    POSITIVE: ClassVar[str] = (
+        "sft_games sft_steps sft_batch_size rl_steps rl_batch_size group_size eval_samples max_tokens"
+    )
+
+    def validate(self) -> None:
         if self.teacher not in TEACHERS:
             raise ValueError(
                 f"GuessNumberRecipe: teacher must be one of {sorted(TEACHERS)}, got {self.teacher!r}"
@@ -109,65 +112,62 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
             GuessNumberTask, self, "rl_", "", test_group_size=self.group_size, n_batches=self.rl_steps
         )
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("guess-number", self) as s:
-            return await _run(self, s)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        task = self.task()
+        train_secrets, test_secrets = task.secrets()
+        eval_secrets = test_secrets or train_secrets
+        renderer = self.renderer()
+        low, high, max_turns = self.low, self.high, self.max_turns
+        eval_builders = [
+            GuessNumberGroupBuilder(
+                renderer, secret, low=low, high=high, max_turns=max_turns, group_size=self.eval_samples,
+                turn_cost=self.turn_cost, invalid_reward=self.invalid_reward,
+            )
+            for secret in eval_secrets
+        ]  # fmt: skip
 
+        async def evaluate(stage: str, sampler: SamplingClient) -> GuessNumberStats:
+            stats = await evaluate_guess_number(
+                sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919
+            )
+            s.say(f"after {stage.upper()} {_describe(stats)}")
+            return stats
 
-async def _run(config: GuessNumberRecipe, s: RecipeSession) -> RecipeResult:
-    task = config.task()
-    train_secrets, test_secrets = task.secrets()
-    eval_secrets = test_secrets or train_secrets
-    renderer = config.renderer()
-    low, high, max_turns = config.low, config.high, config.max_turns
-    eval_builders = [
-        GuessNumberGroupBuilder(
-            renderer, secret, low=low, high=high, max_turns=max_turns, group_size=config.eval_samples,
-            turn_cost=config.turn_cost, invalid_reward=config.invalid_reward,
-        )
-        for secret in eval_secrets
-    ]  # fmt: skip
+        # 1. data
+        def transcripts(name: str, secrets: Sequence[int], n_games: int, seed: int) -> Path:
+            return write_transcripts(
+                s.run_dir / "data" / name, secrets, n_games=n_games, teacher=self.teacher, low=low, high=high,
+                max_turns=max_turns, seed=seed,
+            )  # fmt: skip
 
-    async def evaluate(stage: str, sampler: SamplingClient) -> GuessNumberStats:
-        stats = await evaluate_guess_number(
-            sampler, eval_builders, max_tokens=config.max_tokens, seed=config.seed + 7919
-        )
-        s.say(f"after {stage.upper()} {_describe(stats)}")
-        return stats
+        train_path = transcripts("train.jsonl", train_secrets, self.sft_games, self.seed)
+        test_path = transcripts("test.jsonl", eval_secrets, 64, self.seed + 1)
 
-    # 1. data
-    def transcripts(name: str, secrets: Sequence[int], n_games: int, seed: int) -> Path:
-        return write_transcripts(
-            s.run_dir / "data" / name, secrets, n_games=n_games, teacher=config.teacher, low=low, high=high,
-            max_turns=max_turns, seed=seed,
+        # 2. SFT warm start, 3. RL from the SFT checkpoint, each evaluated
+        sft = SFTStage.of(self, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+        run = await sft_then_rl(
+            s, sft, RLStage.of(self, "rl_"), evaluate, train_path=train_path, test_path=test_path, task=task,
+            max_tokens=self.max_tokens,
         )  # fmt: skip
+        evaluated = run.evaluations()
 
-    train_path = transcripts("train.jsonl", train_secrets, config.sft_games, config.seed)
-    test_path = transcripts("test.jsonl", eval_secrets, 64, config.seed + 1)
-
-    # 2. SFT warm start, 3. RL from the SFT checkpoint, each evaluated
-    sft = SFTStage.of(config, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
-    run = await sft_then_rl(
-        s, sft, RLStage.of(config, "rl_"), evaluate, train_path=train_path, test_path=test_path, task=task,
-        max_tokens=config.max_tokens,
-    )  # fmt: skip
-    evaluated = run.evaluations()
-
-    # 4. outputs
-    scripted = {
-        **scripted_stats("random", eval_secrets, low, high, max_turns, 200),
-        **scripted_stats("bisect", eval_secrets, low, high, max_turns, 200),
-    }
-    figures = {
-        f"{k}_{m}": getattr(v, m) for m in ("success", "turns", "invalid") for k, v in evaluated.items()
-    }
-    extra = {
-        **{k: attrs.asdict(v) for k, v in evaluated.items()},
-        "scripted": scripted,
-        "eval_secrets": list(eval_secrets),
-        "train_secrets": list(train_secrets),
-        "eval_games": len(eval_secrets) * config.eval_samples,
-        **run.checkpoints(),
-    }
-    ci95 = {f"{k}_success": wilson_interval(v.success * v.episodes, v.episodes) for k, v in evaluated.items()}
-    return s.finish(figures, extra, ci95=ci95)
+        # 4. outputs
+        scripted = {
+            **scripted_stats("random", eval_secrets, low, high, max_turns, 200),
+            **scripted_stats("bisect", eval_secrets, low, high, max_turns, 200),
+        }
+        figures = {
+            f"{k}_{m}": getattr(v, m) for m in ("success", "turns", "invalid") for k, v in evaluated.items()
+        }
+        extra = {
+            **{k: attrs.asdict(v) for k, v in evaluated.items()},
+            "scripted": scripted,
+            "eval_secrets": list(eval_secrets),
+            "train_secrets": list(train_secrets),
+            "eval_games": len(eval_secrets) * self.eval_samples,
+            **run.checkpoints(),
+        }
+        ci95 = {
+            f"{k}_success": wilson_interval(v.success * v.episodes, v.episodes) for k, v in evaluated.items()
+        }
+        return s.finish(figures, extra, ci95=ci95)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import attrs
 
@@ -34,7 +35,7 @@ from tempering.data.hub import MathProblem, boxed_solution
 from tempering.envs.agent_data import write_chats
 from tempering.envs.math import DEFAULT_INSTRUCTION, MathTask, prompt_messages
 from tempering.recipes._common import TINY_MODEL, RecipeConfig, RecipeResult
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.task_evals import evaluate_math
 from tempering_protocols import Message, SamplingClient
 
@@ -107,8 +108,12 @@ class MathRLRecipe(RecipeConfig):
     """Evaluation seeds (the sampled accuracy is their mean; its spread their standard deviation)."""
     grader_timeout_s: float = 5.0
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive("rl_steps rl_batch_size group_size n_test eval_samples eval_seeds sft_batch_size")
+    NAME: ClassVar[str] = "math-rl"
+    POSITIVE: ClassVar[str] = (
+        "rl_steps rl_batch_size group_size n_test eval_samples eval_seeds sft_batch_size"
+    )
+
+    def validate(self) -> None:
         if self.sft_steps is not None and self.sft_steps < 0:
             raise ValueError(f"MathRLRecipe.sft_steps (--sft-steps) must be >= 0, got {self.sft_steps}")
         self.task()  # validates the dataset names
@@ -136,9 +141,62 @@ class MathRLRecipe(RecipeConfig):
             instruction=self.prompt_instruction,
         )  # fmt: skip
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("math-rl", self) as s:
-            return await _run(self, s)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        from tempering.data.hub import load_math_problems
+
+        task = self.task()
+        rewards = task.rewards()
+        rewards.grader.warm_up()  # fails now, clearly, without the `math` extra
+        test = task.test_problems()
+        if test is None:
+            raise ValueError(
+                f"MathRLRecipe: dataset {self.dataset!r} has no held-out split: pass --test-dataset "
+                "(e.g. math500), --test-source or --test-split"
+            )
+        renderer = self.renderer()
+        max_tokens = self.max_tokens or (32 if self.tiny else 1024)
+        seeds = [self.seed * 1000 + 101 + k for k in range(self.eval_seeds)]
+
+        async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
+            figures = await evaluate_math(
+                sampler, test, renderer, rewards, seeds=seeds, samples=self.eval_samples,
+                max_tokens=max_tokens, instruction=task.instruction,
+            )  # fmt: skip
+            s.say(_line("before RL" if stage == "sft" else "after RL", figures))
+            return figures
+
+        # 1-2. SFT warm-up on the training split's worked solutions (or the base model as it is)
+        def train_data() -> Path:
+            problems = load_math_problems(
+                task.dataset, source=task.source, split=task.split, limit=task.limit
+            )
+            return write_sft_chat(problems, s.run_dir / "data" / "train.jsonl", task.instruction)
+
+        # 3. RL (evaluated on the held-out problems every 10 steps too)
+        sft_steps = self.sft_steps if self.sft_steps is not None else (300 if self.tiny else 0)
+        lr = self.rl_learning_rate or (2e-4 if self.tiny else 4e-5)
+        rl = RLStage.of(self, "rl_", learning_rate=lr, eval_every=10)
+        run = await sft_then_rl(
+            s, SFTStage.of(self, "sft_", steps=sft_steps), rl, evaluate, train_path=train_data, task=task,
+            evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True,
+            rl_what=f" of {self.rl_batch_size} problems x {self.group_size} samples",
+        )  # fmt: skip
+        before, after = run.before or {}, run.after
+        figures = {
+            **{f"before_{k}": v for k, v in before.items() if "seed" not in k},
+            **{f"after_{k}": v for k, v in after.items() if "seed" not in k},
+        }
+        rl_grader = {k: sum(float(m.get(k, 0.0)) for m in run.rl.metrics) for k in _RL_GRADER_KEYS}
+        extra = {
+            "before": before,
+            "after": after,
+            "eval_seeds": seeds,
+            "n_test": len(test),
+            "sft_steps": sft_steps,
+            "grader": {"evaluation": rewards.grader.metrics(), "rl": rl_grader},
+            "rl_final_sampler": run.rl.final.sampler_path,
+        }
+        return s.finish(figures, extra)
 
 
 def _line(stage: str, figures: dict[str, float]) -> str:
@@ -146,59 +204,3 @@ def _line(stage: str, figures: dict[str, float]) -> str:
         f"{stage}: held-out accuracy {figures['accuracy']:.1%} ± {figures['accuracy_std']:.1%} sampled, "
         f"{figures['accuracy_greedy']:.1%} greedy; boxed {figures['boxed']:.1%}"
     )
-
-
-async def _run(config: MathRLRecipe, s: RecipeSession) -> RecipeResult:
-    from tempering.data.hub import load_math_problems
-
-    task = config.task()
-    rewards = task.rewards()
-    rewards.grader.warm_up()  # fails now, clearly, without the `math` extra
-    test = task.test_problems()
-    if test is None:
-        raise ValueError(
-            f"MathRLRecipe: dataset {config.dataset!r} has no held-out split: pass --test-dataset "
-            "(e.g. math500), --test-source or --test-split"
-        )
-    renderer = config.renderer()
-    max_tokens = config.max_tokens or (32 if config.tiny else 1024)
-    seeds = [config.seed * 1000 + 101 + k for k in range(config.eval_seeds)]
-
-    async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
-        figures = await evaluate_math(
-            sampler, test, renderer, rewards, seeds=seeds, samples=config.eval_samples, max_tokens=max_tokens,
-            instruction=task.instruction,
-        )  # fmt: skip
-        s.say(_line("before RL" if stage == "sft" else "after RL", figures))
-        return figures
-
-    # 1-2. SFT warm-up on the training split's worked solutions (or the base model as it is)
-    def train_data() -> Path:
-        problems = load_math_problems(task.dataset, source=task.source, split=task.split, limit=task.limit)
-        return write_sft_chat(problems, s.run_dir / "data" / "train.jsonl", task.instruction)
-
-    # 3. RL (evaluated on the held-out problems every 10 steps too)
-    sft_steps = config.sft_steps if config.sft_steps is not None else (300 if config.tiny else 0)
-    lr = config.rl_learning_rate or (2e-4 if config.tiny else 4e-5)
-    rl = RLStage.of(config, "rl_", learning_rate=lr, eval_every=10)
-    run = await sft_then_rl(
-        s, SFTStage.of(config, "sft_", steps=sft_steps), rl, evaluate, train_path=train_data, task=task,
-        evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True,
-        rl_what=f" of {config.rl_batch_size} problems x {config.group_size} samples",
-    )  # fmt: skip
-    before, after = run.before or {}, run.after
-    figures = {
-        **{f"before_{k}": v for k, v in before.items() if "seed" not in k},
-        **{f"after_{k}": v for k, v in after.items() if "seed" not in k},
-    }
-    rl_grader = {k: sum(float(m.get(k, 0.0)) for m in run.rl.metrics) for k in _RL_GRADER_KEYS}
-    extra = {
-        "before": before,
-        "after": after,
-        "eval_seeds": seeds,
-        "n_test": len(test),
-        "sft_steps": sft_steps,
-        "grader": {"evaluation": rewards.grader.metrics(), "rl": rl_grader},
-        "rl_final_sampler": run.rl.final.sampler_path,
-    }
-    return s.finish(figures, extra)

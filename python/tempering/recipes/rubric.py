@@ -55,8 +55,9 @@ class RubricRecipe(AgentRecipe):
     eval_questions: int = 100
     """Held-out questions evaluated (of the 100 in ``arithmetic_chat_test.jsonl``)."""
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive("judge_examples judge_max_tokens eval_questions eval_samples")
+    POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions eval_samples"
+
+    def validate(self) -> None:
         if self.judge_sft_steps < 0:
             raise ValueError(f"RubricRecipe: judge_sft_steps must be >= 0, got {self.judge_sft_steps}")
 

@@ -32,13 +32,15 @@ Example::
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 
 from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.evals.accuracy import wilson_interval
 from tempering.recipes._common import RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, recipe_session, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.evaluate import evaluate_against_random
 from tempering.rl.policy import TinkerTokenCompleter
 from tempering_protocols import SamplingClient
@@ -73,57 +75,52 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
     eval_games: int = 200
     """Games against the random player per side (X and O), before and after RL."""
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive(
-            "sft_games sft_steps sft_batch_size rl_steps rl_batch_size games_per_group max_tokens eval_games"
-        )
-
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("tic-tac-toe", self) as s:
-            return await _run(self, s)
-
-
-async def _run(config: TicTacToeRecipe, s: RecipeSession) -> RecipeResult:
-    renderer = config.renderer()
-
-    async def evaluate(stage: str, sampler: SamplingClient) -> dict[Side, TicTacToeStats]:
-        policy = TinkerTokenCompleter(sampler, config.max_tokens, 1.0)
-        stats = await evaluate_against_random(
-            policy, renderer, games_per_side=config.eval_games, seed=config.seed + 7919,
-            illegal_reward=config.illegal_reward,
-        )  # fmt: skip
-        s.say(f"after {stage.upper()}, against a random player: {_describe(stats)}")
-        return stats
-
-    # 1. data: positions of random legal games
-    train_path = write_random_games(s.run_dir / "data" / "train.jsonl", config.sft_games, config.seed)
-
-    # 2. SFT warm start, 3. self-play RL from the SFT checkpoint, each evaluated
-    task = from_flags(SelfPlayTask, config, "rl_", "", n_batches=config.rl_steps)
-    sft = SFTStage.of(config, "sft_", max_warmup_steps=20)
-    run = await sft_then_rl(
-        s,
-        sft,
-        RLStage.of(config, "rl_"),
-        evaluate,
-        train_path=train_path,
-        task=task,
-        max_tokens=config.max_tokens,
+    NAME: ClassVar[str] = "tic-tac-toe"
+    POSITIVE: ClassVar[str] = (
+        "sft_games sft_steps sft_batch_size rl_steps rl_batch_size games_per_group max_tokens eval_games"
     )
 
-    # 4. outputs
-    figures: dict[str, float] = {}
-    ci95: dict[str, tuple[float, float]] = {}
-    for stage_name, stats in run.evaluations().items():
-        for side in MARKS:
-            st = stats[side]
-            for k in ("win", "draw", "loss", "illegal"):
-                figures[f"{stage_name}_{side}_{k}"] = getattr(st, k)
-                ci95[f"{stage_name}_{side}_{k}"] = wilson_interval(getattr(st, k) * st.games, st.games)
-    extra = {
-        **{k: {side: attrs.asdict(v[side]) for side in MARKS} for k, v in run.evaluations().items()},
-        "eval_games_per_side": config.eval_games,
-        "sft_positions": len(train_path.read_text(encoding="utf-8").splitlines()),
-        **run.checkpoints(),
-    }
-    return s.finish(figures, extra, ci95=ci95)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        renderer = self.renderer()
+
+        async def evaluate(stage: str, sampler: SamplingClient) -> dict[Side, TicTacToeStats]:
+            policy = TinkerTokenCompleter(sampler, self.max_tokens, 1.0)
+            stats = await evaluate_against_random(
+                policy, renderer, games_per_side=self.eval_games, seed=self.seed + 7919,
+                illegal_reward=self.illegal_reward,
+            )  # fmt: skip
+            s.say(f"after {stage.upper()}, against a random player: {_describe(stats)}")
+            return stats
+
+        # 1. data: positions of random legal games
+        train_path = write_random_games(s.run_dir / "data" / "train.jsonl", self.sft_games, self.seed)
+
+        # 2. SFT warm start, 3. self-play RL from the SFT checkpoint, each evaluated
+        task = from_flags(SelfPlayTask, self, "rl_", "", n_batches=self.rl_steps)
+        sft = SFTStage.of(self, "sft_", max_warmup_steps=20)
+        run = await sft_then_rl(
+            s,
+            sft,
+            RLStage.of(self, "rl_"),
+            evaluate,
+            train_path=train_path,
+            task=task,
+            max_tokens=self.max_tokens,
+        )
+
+        # 4. outputs
+        figures: dict[str, float] = {}
+        ci95: dict[str, tuple[float, float]] = {}
+        for stage_name, stats in run.evaluations().items():
+            for side in MARKS:
+                st = stats[side]
+                for k in ("win", "draw", "loss", "illegal"):
+                    figures[f"{stage_name}_{side}_{k}"] = getattr(st, k)
+                    ci95[f"{stage_name}_{side}_{k}"] = wilson_interval(getattr(st, k) * st.games, st.games)
+        extra = {
+            **{k: {side: attrs.asdict(v[side]) for side in MARKS} for k, v in run.evaluations().items()},
+            "eval_games_per_side": self.eval_games,
+            "sft_positions": len(train_path.read_text(encoding="utf-8").splitlines()),
+            **run.checkpoints(),
+        }
+        return s.finish(figures, extra, ci95=ci95)

@@ -56,8 +56,9 @@ class ToolUseRecipe(AgentRecipe):
     eval_questions: int = 5
     """Held-out questions per kind."""
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive("sft_examples max_turns eval_questions eval_samples")
+    POSITIVE: ClassVar[str] = "sft_examples max_turns eval_questions eval_samples"
+
+    def validate(self) -> None:
         if not 1 <= self.test_towns <= 50:
             raise ValueError(
                 f"ToolUseRecipe: test_towns must be in 1..50 (the corpus has 60), got {self.test_towns}"

@@ -58,8 +58,7 @@ class TwentyQuestionsRecipe(AgentRecipe):
     turn_cost: float = 0.02
     sft_games: int = 1000
 
-    def __attrs_post_init__(self) -> None:
-        self.check_positive("max_turns sft_games eval_samples")
+    POSITIVE: ClassVar[str] = "max_turns sft_games eval_samples"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         words = load_words()
