@@ -164,18 +164,22 @@ class RubricRecipe(AgentRecipe):
     """The judge's base model; default ``base_model``."""
     judge_renderer_name: str | None = None
     judge_examples: int = 2000
-    judge_sft_steps: int = 100
+    judge_sft_steps: int = 150
     """SFT steps of the judge (batches of ``sft_batch_size``, learning rate 2e-3); 0: use
     ``judge_model``'s base weights as the judge."""
     judge_timeout_s: float = 60.0
     judge_max_tokens: int = 16
     """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
+    sft_steps: int = 300
     sft_batch_size: int = 32
     sft_learning_rate: float = 2e-3
+    rl_steps: int = 20
+    rl_batch_size: int = 8
+    group_size: int = 8
     max_tokens: int = 12
     eval_questions: int = 100
-    """Held-out questions evaluated (of the 100 in ``arithmetic_chat_test.jsonl``)."""
-    eval_samples: int = 1
+    """Held-out questions evaluated (the single-turn ones of ``arithmetic_chat_test.jsonl``: 58)."""
+    eval_samples: int = 4
 
     def __attrs_post_init__(self) -> None:
         self.check_positive("judge_examples", "judge_max_tokens", "eval_questions", "eval_samples")

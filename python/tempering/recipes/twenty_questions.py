@@ -174,9 +174,14 @@ class TwentyQuestionsRecipe(AgentRecipe):
     max_turns: int = 20
     turn_cost: float = 0.02
     sft_games: int = 1000
+    sft_steps: int = 120
+    sft_learning_rate: float = 2e-3
+    rl_steps: int = 8
     rl_batch_size: int = 2
-    max_tokens: int = 24
-    """Tokens per question."""
+    group_size: int = 8
+    max_tokens: int = 40
+    """Tokens per question; the tiny model's tokens are bytes, and a question past it (no stop
+    token) ends the game: "Is it a kind of instrument?" is 27."""
     eval_samples: int = 1
     """Games per secret (36 secrets) in each evaluation."""
 
