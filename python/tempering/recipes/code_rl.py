@@ -119,14 +119,14 @@ class CodeRLRecipe:
     """Problems held out of SFT and RL (of 40)."""
     reward: RewardMode = "fraction"
     """``fraction``: the share of tests passed; ``all``: 1 only when every test passes."""
-    sft_steps: int = 300
+    sft_steps: int = 200
     """SFT steps on the reference solutions; 0 skips SFT (RL starts from the base model)."""
     init_state: str | None = None
     """A ``save_state`` checkpoint to start RL from instead of the SFT stage (which is skipped,
     with its evaluation: the figures before RL are the checkpoint's own run's)."""
     sft_batch_size: int = 32
     sft_learning_rate: float = 1e-3
-    rl_steps: int = 20
+    rl_steps: int = 10
     rl_batch_size: int = 8
     group_size: int = 8
     rl_learning_rate: float = 1e-5

@@ -217,7 +217,9 @@ class ToolUseRecipe(AgentRecipe):
     test_towns: int = 15
     """Towns held out of SFT and RL (of 60); the evaluation asks about them."""
     sft_examples: int = 600
-    sft_steps: int = 120
+    sft_steps: int = 150
+    sft_learning_rate: float = 2e-3
+    rl_steps: int = 8
     max_turns: int = 4
     """Assistant replies per episode (the turn budget); tool calls are capped at the same number."""
     max_tokens: int = 96
