@@ -59,7 +59,7 @@ def write_solutions(path: Path, problems: Sequence[CodeProblem], system_prompt: 
 
 
 @recipe_flags(
-    sft_steps=300, sft_batch_size=32, rl_steps=20, rl_batch_size=8, rl_learning_rate=1e-5, max_tokens=128
+    sft_steps=200, sft_batch_size=32, rl_steps=10, rl_batch_size=8, rl_learning_rate=1e-5, max_tokens=128
 )
 class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Code RL: SFT on reference solutions, then RL graded by tests in a sandbox; calling it runs it.

@@ -36,7 +36,16 @@ from tempering_protocols import RLDatasetBuilder, SamplingClient, TrainOnWhat
 __all__ = ["RubricRecipe"]
 
 
-@recipe_flags(sft_batch_size=32, sft_learning_rate=2e-3, max_tokens=12, eval_samples=1)
+@recipe_flags(
+    sft_steps=300,
+    sft_batch_size=32,
+    sft_learning_rate=2e-3,
+    rl_steps=20,
+    rl_batch_size=8,
+    group_size=8,
+    max_tokens=12,
+    eval_samples=4,
+)
 class RubricRecipe(AgentRecipe):
     """Rubric: train (or take) a judge, SFT the policy, RL against the judge; calling it runs
     it. Figures: docs/recipes/rubric.md."""
@@ -45,7 +54,7 @@ class RubricRecipe(AgentRecipe):
     judge_model: str | None = None
     """The judge's base model; default ``base_model``."""
     judge_examples: int = 2000
-    judge_sft_steps: int = 100
+    judge_sft_steps: int = 150
     """SFT steps of the judge (batches of ``sft_batch_size``, learning rate 2e-3); 0: use
     ``judge_model``'s base weights as the judge."""
     judge_renderer_name: str | None = None
@@ -53,7 +62,7 @@ class RubricRecipe(AgentRecipe):
     judge_max_tokens: int = 16
     """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
     eval_questions: int = 100
-    """Held-out questions evaluated (of the 100 in ``arithmetic_chat_test.jsonl``)."""
+    """Held-out questions evaluated (the single-turn ones of ``arithmetic_chat_test.jsonl``: 58)."""
 
     POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions eval_samples"
 

@@ -44,11 +44,21 @@ if TYPE_CHECKING:
 __all__ = ["TwentyQuestionsRecipe"]
 
 
-@recipe_flags(rl_batch_size=2, max_tokens=24, eval_samples=1)
+@recipe_flags(
+    sft_steps=120,
+    sft_learning_rate=2e-3,
+    rl_steps=8,
+    rl_batch_size=2,
+    group_size=8,
+    max_tokens=40,
+    eval_samples=1,
+)
 class TwentyQuestionsRecipe(AgentRecipe):
     """Twenty questions: SFT on scripted games (both roles), then RL of the asker against the
-    frozen answerer; calling it runs it. ``max_tokens``: per question; ``eval_samples``: games
-    per secret (36 secrets) in each evaluation. Figures: docs/recipes/twenty-questions.md."""
+    frozen answerer; calling it runs it. ``max_tokens``: per question (the tiny model's tokens are
+    bytes, and a question past it, with no stop token, ends the game: "Is it a kind of
+    instrument?" is 27); ``eval_samples``: games per secret (36 secrets) in each evaluation.
+    Figures: docs/recipes/twenty-questions.md."""
 
     NAME: ClassVar[str] = "twenty-questions"
     answerer_model: str | None = None
