@@ -1,4 +1,4 @@
-"""What every recipe shares: its result, its run directory, its service client, its summary.
+"""What every recipe shares: its config base, its session (run directory, service, summary), its result.
 
 A recipe is an attrs config (frozen, keyword-only) whose ``async __call__`` runs the pipeline and
 returns a :class:`RecipeResult`; ``tempering recipe NAME [flags]`` builds it with tyro from the
@@ -21,7 +21,9 @@ import inspect
 import json
 import math
 import shutil
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
@@ -33,8 +35,8 @@ from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
-    from tempering.recipes.stages import RecipeSession
-    from tempering_protocols import Renderer
+    from tempering.training import RunConfig
+    from tempering_protocols import Renderer, SamplingClient
 
 __all__ = [
     "TINY_MODEL",
@@ -42,6 +44,7 @@ __all__ = [
     "RLFlags",
     "RecipeConfig",
     "RecipeResult",
+    "RecipeSession",
     "SFTFlags",
     "close_service",
     "default_learning_rate",
@@ -51,6 +54,7 @@ __all__ = [
     "prepare_run_dir",
     "recipe_flags",
     "recipe_service",
+    "recipe_session",
     "require_positive",
 ]
 
@@ -96,9 +100,7 @@ class RecipeConfig:
         """A recipe's further checks of its flags (on construction)."""
 
     async def __call__(self) -> RecipeResult:
-        """Run the recipe: :meth:`run` in a :func:`~tempering.recipes.stages.recipe_session`."""
-        from tempering.recipes.stages import recipe_session
-
+        """Run the recipe: :meth:`run` in a :func:`recipe_session`."""
         async with recipe_session(self.NAME, self) as s:
             return await self.run(s)
 
@@ -338,3 +340,77 @@ def default_learning_rate(
         return get_lr(base_model, lora=True)
     except (UnknownModelError, NotImplementedError):
         return 2e-4
+
+
+@attrs.define
+class RecipeSession:
+    """A running recipe: its name, run directory, service and config (see :func:`recipe_session`)."""
+
+    name: str
+    run_dir: Path
+    service: ServiceClient
+    config: Any
+    progress: bool = True
+    t_start: float = attrs.field(factory=time.monotonic)
+
+    def say(self, text: str) -> None:
+        """Print ``tempering recipe <name>: <text>`` (flushed)."""
+        print(f"tempering recipe {self.name}: {text}", flush=True)
+
+    def run_config(self, name: str, eval_every: int = 0, save_every: int = 0) -> RunConfig:
+        """The :class:`~tempering.training.RunConfig` of stage ``name``: ``<run dir>/<name>``,
+        overwritten, checkpoints every ``save_every`` steps (0: the final one only)."""
+        from tempering.training import RunConfig
+
+        log_dir = str(self.run_dir / name)
+        return RunConfig(
+            log_dir=log_dir,
+            if_exists="overwrite",
+            save_every=save_every,
+            eval_every=eval_every,
+            progress=self.progress,
+        )
+
+    async def sampler(self, path: str | None) -> SamplingClient:
+        """A sampling client of the sampler weights at ``path`` (a final checkpoint's)."""
+        assert path is not None, "a final checkpoint always has sampler weights"
+        return await self.service.create_sampling_client(model_path=path)
+
+    def finish(
+        self,
+        figures: Mapping[str, float],
+        extra: Mapping[str, Any] | None = None,
+        *,
+        ci95: Mapping[str, tuple[float, float]] | None = None,
+    ) -> RecipeResult:
+        """``figures`` plus ``wall_seconds``, and ``extra``, written to ``summary.json`` with the
+        config; ``ci95``: the 95% intervals of accuracy figures (``summary.json``'s ``ci95``)."""
+        payload = dict(extra or {})
+        if ci95:
+            payload["ci95"] = {k: [lo, hi] for k, (lo, hi) in ci95.items()}
+        figures = {**figures, "wall_seconds": time.monotonic() - self.t_start}
+        return finish(RecipeResult(self.name, self.run_dir, figures, payload), config=self.config)
+
+
+@asynccontextmanager
+async def recipe_session(
+    name: str, config: Any, *, base_model: str | None = None, service: ServiceClient | None = None
+) -> AsyncGenerator[RecipeSession]:
+    """Open a recipe's session: ``service`` (default :func:`~tempering.recipes._common.recipe_service`
+    of ``base_model``, default ``config.base_model``), then the run directory ``config.out``
+    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits.
+
+    Example::
+
+        async with recipe_session("chat-sft", self) as s:
+            ...
+            return s.finish({"exact_match_after": 0.4})
+    """
+    t_start = time.monotonic()
+    if service is None:
+        service = recipe_service(base_model if base_model is not None else config.base_model)
+    try:
+        run_dir = prepare_run_dir(name, config.out)
+        yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
+    finally:
+        close_service(service)

@@ -54,20 +54,17 @@ from tempering.assets import ASSET_PREFIX
 from tempering.backend import ModelConfig
 from tempering.evals.accuracy import wilson_interval
 from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
-from tempering.model_info import resolve_renderer_name
 from tempering.preference import ComparisonData, DPOConfig
 from tempering.preference.evaluation import chosen_answers, pair_logprobs
 from tempering.recipes._common import (
     RecipeConfig,
     RecipeResult,
     default_learning_rate,
-    require_positive,
 )
 from tempering.recipes.chat_sft import train_chat_sft
-from tempering.recipes.stages import RecipeSession, SFTStage, metric, recipe_session
-from tempering.renderers import get_renderer
+from tempering.recipes.stages import RecipeSession, SFTStage, metric
 from tempering.training import RunDir
-from tempering_protocols import LabeledComparison, Renderer
+from tempering_protocols import LabeledComparison
 
 __all__ = ["DPORecipe", "PreferenceRecipe", "split_pairs"]
 
@@ -108,20 +105,15 @@ class PreferenceRecipe(RecipeConfig):
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
-    NAME: ClassVar[str] = ""
+    def validate(self) -> None:
+        sft = "" if self.init_state is not None else " sft_steps sft_batch_size"
+        self.check_positive("test_pairs max_tokens" + sft)
 
-    def __attrs_post_init__(self) -> None:
-        owner = type(self).__name__
-        require_positive(owner, test_pairs=self.test_pairs, max_tokens=self.max_tokens)
-        if self.init_state is None:
-            require_positive(owner, sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
-
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session(self.NAME, self) as s:
-            extra: dict[str, Any] = {}
-            stages: dict[str, str] = {}
-            start = await self.sft_start(s, extra, stages)
-            return await self.after_sft(s, start, extra, stages)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        extra: dict[str, Any] = {}
+        stages: dict[str, str] = {}
+        start = await self.sft_start(s, extra, stages)
+        return await self.after_sft(s, start, extra, stages)
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
@@ -140,11 +132,6 @@ class PreferenceRecipe(RecipeConfig):
         extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
         stages["sft"] = str(session.run_dir / "sft")
         return sft.state_path
-
-    def renderer(self) -> Renderer:
-        """The renderer of ``base_model`` (``renderer_name``)."""
-        tokenizer = ModelConfig(base_model=self.base_model).tokenizer()
-        return get_renderer(resolve_renderer_name(self.base_model, self.renderer_name), tokenizer)
 
 
 @attrs.frozen(kw_only=True)
@@ -171,12 +158,7 @@ class DPORecipe(PreferenceRecipe):
     """Evaluate DPO every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "dpo"
-
-    def __attrs_post_init__(self) -> None:
-        require_positive(
-            "DPORecipe", dpo_steps=self.dpo_steps, dpo_batch_size=self.dpo_batch_size, beta=self.beta
-        )
-        super().__attrs_post_init__()
+    POSITIVE: ClassVar[str] = "dpo_steps dpo_batch_size beta"
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]

@@ -61,7 +61,6 @@ from tempering.recipes._common import (
     RecipeResult,
     default_learning_rate,
     fresh_model,
-    require_positive,
 )
 from tempering.recipes.dpo import PreferenceRecipe, split_pairs
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, rl_stage
@@ -108,23 +107,16 @@ class RLHFRecipe(PreferenceRecipe):
     """Evaluate the RL policy every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "rlhf"
+    POSITIVE: ClassVar[str] = "rm_steps rm_batch_size rl_steps rl_prompts eval_samples"
 
-    def __attrs_post_init__(self) -> None:
-        require_positive(
-            "RLHFRecipe",
-            rm_steps=self.rm_steps,
-            rm_batch_size=self.rm_batch_size,
-            rl_steps=self.rl_steps,
-            rl_prompts=self.rl_prompts,
-            eval_samples=self.eval_samples,
-        )
+    def validate(self) -> None:
         if self.group_size < 2:
             raise ValueError(
                 f"RLHFRecipe.group_size (--group-size) must be >= 2 for a tournament, got {self.group_size}"
             )
         if self.kl_coef < 0:
             raise ValueError(f"RLHFRecipe.kl_coef (--kl-coef) must be >= 0, got {self.kl_coef}")
-        super().__attrs_post_init__()
+        super().validate()
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]

@@ -24,33 +24,32 @@ Example::
         rl_steps: int = 10
         rl_learning_rate: float = 1e-4
 
-        async def __call__(self) -> RecipeResult:
-            async with recipe_session("my-recipe", self) as s:
-                async def evaluate(stage: str, sampler: SamplingClient) -> float: ...
-                run = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"), evaluate,
-                                        train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
-                return s.finish({"before": run.before, "after": run.after})
+        NAME: ClassVar[str] = "my-recipe"                # the run directory's prefix
+        POSITIVE: ClassVar[str] = "sft_steps rl_steps"   # refused below 1 on construction
+
+        async def run(self, s: RecipeSession) -> RecipeResult:   # await MyRecipe()(): in a recipe_session
+            async def evaluate(stage: str, sampler: SamplingClient) -> float: ...
+            run = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"), evaluate,
+                                    train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
+            return s.finish({"before": run.before, "after": run.after})
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import attrs
 
-from tempering.backend import ServiceClient
-from tempering.recipes._common import RecipeResult, close_service, finish, prepare_run_dir, recipe_service
+from tempering.recipes._common import RecipeSession, recipe_session
 from tempering.training.schedule import ScheduleKind
 from tempering_protocols import SamplingClient, TrainOnWhat
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
     from tempering.rl.train import LossName
-    from tempering.training import AdamConfig, RunConfig, TrainResult
+    from tempering.training import AdamConfig, TrainResult
     from tempering_protocols import RLDatasetBuilder, SamplingClientEvaluator
 
 __all__ = [
@@ -159,80 +158,6 @@ class RLStage(_FromFlags):
     loss_fn: LossName = "importance_sampling"
     num_substeps: int = 1
     beta2: float = 0.98
-
-
-@attrs.define
-class RecipeSession:
-    """A running recipe: its name, run directory, service and config (see :func:`recipe_session`)."""
-
-    name: str
-    run_dir: Path
-    service: ServiceClient
-    config: Any
-    progress: bool = True
-    t_start: float = attrs.field(factory=time.monotonic)
-
-    def say(self, text: str) -> None:
-        """Print ``tempering recipe <name>: <text>`` (flushed)."""
-        print(f"tempering recipe {self.name}: {text}", flush=True)
-
-    def run_config(self, name: str, eval_every: int = 0, save_every: int = 0) -> RunConfig:
-        """The :class:`~tempering.training.RunConfig` of stage ``name``: ``<run dir>/<name>``,
-        overwritten, checkpoints every ``save_every`` steps (0: the final one only)."""
-        from tempering.training import RunConfig
-
-        log_dir = str(self.run_dir / name)
-        return RunConfig(
-            log_dir=log_dir,
-            if_exists="overwrite",
-            save_every=save_every,
-            eval_every=eval_every,
-            progress=self.progress,
-        )
-
-    async def sampler(self, path: str | None) -> SamplingClient:
-        """A sampling client of the sampler weights at ``path`` (a final checkpoint's)."""
-        assert path is not None, "a final checkpoint always has sampler weights"
-        return await self.service.create_sampling_client(model_path=path)
-
-    def finish(
-        self,
-        figures: Mapping[str, float],
-        extra: Mapping[str, Any] | None = None,
-        *,
-        ci95: Mapping[str, tuple[float, float]] | None = None,
-    ) -> RecipeResult:
-        """``figures`` plus ``wall_seconds``, and ``extra``, written to ``summary.json`` with the
-        config; ``ci95``: the 95% intervals of accuracy figures (``summary.json``'s ``ci95``)."""
-        payload = dict(extra or {})
-        if ci95:
-            payload["ci95"] = {k: [lo, hi] for k, (lo, hi) in ci95.items()}
-        figures = {**figures, "wall_seconds": time.monotonic() - self.t_start}
-        return finish(RecipeResult(self.name, self.run_dir, figures, payload), config=self.config)
-
-
-@asynccontextmanager
-async def recipe_session(
-    name: str, config: Any, *, base_model: str | None = None, service: ServiceClient | None = None
-) -> AsyncGenerator[RecipeSession]:
-    """Open a recipe's session: ``service`` (default :func:`~tempering.recipes._common.recipe_service`
-    of ``base_model``, default ``config.base_model``), then the run directory ``config.out``
-    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits.
-
-    Example::
-
-        async with recipe_session("chat-sft", self) as s:
-            ...
-            return s.finish({"exact_match_after": 0.4})
-    """
-    t_start = time.monotonic()
-    if service is None:
-        service = recipe_service(base_model if base_model is not None else config.base_model)
-    try:
-        run_dir = prepare_run_dir(name, config.out)
-        yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
-    finally:
-        close_service(service)
 
 
 async def sft_stage(

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -54,7 +54,7 @@ from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.model_info import resolve_renderer_name
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import DemoConfig
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
@@ -114,11 +114,15 @@ class TrajectorySFTRecipe(RecipeConfig):
     teacher_group_size: int = _DEMO.group_size
     teacher_learning_rate: float = _DEMO.rl_learning_rate
 
+    NAME: ClassVar[str] = "trajectory-sft"
+
     async def __call__(self) -> RecipeResult:
         if self.log_dir is not None:
             _check_log_split(Path(self.log_dir), self.seed, self.n_test)
-        async with recipe_session("trajectory-sft", self) as s:
-            return await _run(self, s)
+        return await super().__call__()
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        return await _run(self, s)
 
 
 def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
