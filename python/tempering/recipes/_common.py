@@ -55,7 +55,6 @@ __all__ = [
     "recipe_flags",
     "recipe_service",
     "recipe_session",
-    "require_positive",
 ]
 
 TINY_MODEL = "tempering/tiny"
@@ -113,9 +112,17 @@ class RecipeConfig:
         return load_renderer(self.base_model, self.renderer_name)
 
     def check_positive(self, names: str) -> None:
-        """:func:`require_positive` of these fields (``names``: separated by spaces), naming this
-        config's class."""
-        require_positive(type(self).__name__, **{name: getattr(self, name) for name in names.split()})
+        """Raise ``ValueError`` naming the class, the field and its flag when one of these fields
+        (``names``: separated by spaces) is not positive.
+
+        Example::
+
+            ChatSFTRecipe(steps=0)   # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
+        """
+        for name in names.split():
+            if not (value := getattr(self, name)) > 0:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{type(self).__name__}.{name} ({flag}) must be > 0, got {value}")
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -253,7 +260,7 @@ def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
 
 
 def fresh_model(
-    config: RecipeConfig | str,
+    config: RecipeConfig,
     lora_rank: int | None = None,
     *,
     seed: int | None = None,
@@ -263,24 +270,14 @@ def fresh_model(
     """The ``ModelConfig`` of a stage that starts from a recipe's ``base_model`` itself (or
     ``base_model``), with the recipe's ``renderer_name``, its ``seed`` (or ``seed``) and its
     ``lora_rank`` resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
-    ``config`` may also be a base model's name, with ``lora_rank``, ``seed`` and ``renderer_name``
-    given here (for recipes whose config is not a :class:`RecipeConfig`).
 
     Example::
 
         model = fresh_model(ChatSFTRecipe())    # tempering/tiny, lora_rank 0, seed 0
-        model = fresh_model("tempering/tiny", None, seed=1, renderer_name="chatml")
+        model = fresh_model(recipe, seed=recipe.student_seed, base_model="tempering/tiny")
     """
     from tempering.backend import ModelConfig
 
-    if isinstance(config, str):
-        base = config if base_model is None else base_model
-        return ModelConfig(
-            base_model=base,
-            lora_rank=default_lora_rank(base, lora_rank),
-            seed=0 if seed is None else seed,
-            renderer_name=renderer_name,
-        )
     base = config.base_model if base_model is None else base_model
     return ModelConfig(
         base_model=base,
@@ -288,20 +285,6 @@ def fresh_model(
         seed=config.seed if seed is None else seed,
         renderer_name=config.renderer_name if renderer_name is None else renderer_name,
     )
-
-
-def require_positive(owner: str, **values: float) -> None:
-    """Raise ``ValueError`` naming the field and its flag when a value is not positive.
-
-    Example::
-
-        require_positive("ChatSFTRecipe", steps=0)
-        # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
-    """
-    for name, value in values.items():
-        if not value > 0:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{owner}.{name} ({flag}) must be > 0, got {value}")
 
 
 def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:

@@ -58,10 +58,8 @@ from tempering.backend import ModelConfig, load_tokenizer, uses_hosted_service
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.reverse_kl import heldout_reverse_kl
-from tempering.model_info import resolve_renderer_name
 from tempering.recipes._common import TINY_MODEL, RecipeConfig, RecipeResult, default_lora_rank, fresh_model
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
-from tempering.renderers import get_renderer
 from tempering.training.checkpoints import open_sampler, sampler_weights
 from tempering_protocols import SamplingClient
 
@@ -175,7 +173,7 @@ def _positive(name: str, value: int, minimum: int = 1) -> None:
 async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base: str) -> RecipeResult:
     rank = default_lora_rank(config.base_model, config.lora_rank)
     tokenizer = load_tokenizer(config.base_model)
-    renderer = get_renderer(resolve_renderer_name(config.base_model, config.renderer_name), tokenizer)
+    renderer = config.renderer()
     extra: dict[str, Any] = {}
 
     # 1. data

@@ -45,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -64,22 +65,9 @@ from tempering.recipes._common import (
 from tempering.recipes.chat_sft import train_chat_sft
 from tempering.recipes.stages import RecipeSession, SFTStage, metric
 from tempering.training import RunDir
-from tempering_protocols import LabeledComparison
+from tempering_protocols import LabeledComparison, Renderer
 
-__all__ = ["DPORecipe", "PreferenceRecipe", "split_pairs"]
-
-
-def split_pairs(data: ComparisonData, owner: str, flag: str) -> tuple[int, list[LabeledComparison]]:
-    """``(training batches, held-out pairs)`` of ``data``, refusing (naming ``owner`` and the
-    batch-size ``flag``) fewer training pairs than one batch or no held-out pair with a winner."""
-    train, test = data()
-    if len(train) < 1:
-        raise ValueError(
-            f"{owner}: {data.path} has fewer training pairs than one batch ({flag} {data.batch_size})"
-        )
-    if test is None or not chosen_answers(test.items):
-        raise ValueError(f"{owner}: no held-out pairs from {data.path} (--test-pairs {data.test_size})")
-    return len(train), list(test.items)
+__all__ = ["DPORecipe", "PreferenceRecipe"]
 
 
 @attrs.frozen(kw_only=True)
@@ -133,6 +121,37 @@ class PreferenceRecipe(RecipeConfig):
         stages["sft"] = str(session.run_dir / "sft")
         return sft.state_path
 
+    def pairs(
+        self, steps: int, batch_size: int, learning_rate: float, flag: str
+    ) -> tuple[ComparisonData, int, list[LabeledComparison], SFTStage]:
+        """The labeled comparisons in batches of ``batch_size``, their number of training
+        batches and their held-out pairs (refusing, naming the batch-size ``flag``, fewer training
+        pairs than one batch or no held-out pair with a winner), and the stage that trains on them:
+        ``steps`` steps at ``learning_rate``, 5 warmup steps, linear decay, Adam's beta2 0.95."""
+        data = ComparisonData(
+            path=self.pairs_path, test_size=self.test_pairs, batch_size=batch_size, seed=self.seed
+        )
+        train, test = data()
+        owner = type(self).__name__
+        if len(train) < 1:
+            raise ValueError(
+                f"{owner}: {data.path} has fewer training pairs than one batch ({flag} {batch_size})"
+            )
+        if test is None or not chosen_answers(test.items):
+            raise ValueError(f"{owner}: no held-out pairs from {data.path} (--test-pairs {data.test_size})")
+        stage = SFTStage(steps, batch_size, learning_rate, max_warmup_steps=5, schedule="linear", beta2=0.95)
+        return data, len(train), list(test.items), stage
+
+    def start_model(self, start: str) -> ModelConfig:
+        """The model at the ``save_state`` checkpoint ``start`` (of ``base_model``)."""
+        return ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start)
+
+    def replies(self, pairs: Sequence[LabeledComparison], renderer: Renderer) -> ReplyEvaluator:
+        """The evaluator of greedy replies to the prompts of ``pairs`` (their chosen answers)."""
+        return ReplyEvaluator(
+            chosen_answers(pairs), renderer, max_tokens=self.max_tokens, n_show=self.show, seed=self.seed
+        )
+
 
 @attrs.frozen(kw_only=True)
 class DPORecipe(PreferenceRecipe):
@@ -165,17 +184,13 @@ class DPORecipe(PreferenceRecipe):
     ) -> RecipeResult:
         # 1. the SFT start: ``start``; 2. DPO from it
         renderer = self.renderer()
-        data = ComparisonData(
-            path=self.pairs_path, test_size=self.test_pairs, batch_size=self.dpo_batch_size, seed=self.seed
-        )
-        n_train, test_pairs = split_pairs(data, "DPORecipe", "--dpo-batch-size")
         lr = default_learning_rate(self.base_model, self.dpo_learning_rate, tiny=1e-3, lora=1e-5)
-        stage = SFTStage(
-            self.dpo_steps, self.dpo_batch_size, lr, max_warmup_steps=5, schedule="linear", beta2=0.95
+        data, n_train, test_pairs, stage = self.pairs(
+            self.dpo_steps, self.dpo_batch_size, lr, "--dpo-batch-size"
         )
         dpo = DPOConfig(
             run=s.run_config("dpo", self.eval_every),
-            model=ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start),
+            model=self.start_model(start),
             data=data,
             adam=stage.adam(),
             beta=self.beta,
@@ -190,9 +205,7 @@ class DPORecipe(PreferenceRecipe):
         reference_path = str(RunDir(s.run_dir / "dpo").read_state()["reference_path"])
         final_path = result.final.sampler_path
         evaluations: list[tuple[np.ndarray, np.ndarray]] = []
-        replies = ReplyEvaluator(
-            chosen_answers(test_pairs), renderer, max_tokens=self.max_tokens, n_show=self.show, seed=self.seed
-        )
+        replies = self.replies(test_pairs, renderer)
         for path in (reference_path, final_path):
             sampler = await s.sampler(path)
             evaluations.append(await pair_logprobs(sampler, renderer, test_pairs))

@@ -26,10 +26,11 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
+from tempering.backend import ModelConfig
 from tempering.envs.agent_data import write_chats
 from tempering.envs.rubric_task import RubricTask, judge_examples, load_questions, rubric_figures
 from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult, fresh_model, recipe_flags
+from tempering.recipes._common import RecipeResult, default_lora_rank, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, SFTStage, from_flags, sft_stage
 from tempering_protocols import RLDatasetBuilder, SamplingClient, TrainOnWhat
 
@@ -87,9 +88,10 @@ class RubricRecipe(AgentRecipe):
             )
             judge_test = write_chats(data / "judge_test.jsonl", judge_examples(test_q, 200, rng))
             s.say(f"judge SFT, {self.judge_sft_steps} steps -> {s.run_dir / 'judge'}")
-            model = fresh_model(
-                judge_model, self.lora_rank, seed=self.seed + 1, renderer_name=self.judge_renderer_name
-            )
+            model = ModelConfig(
+                base_model=judge_model, lora_rank=default_lora_rank(judge_model, self.lora_rank),
+                seed=self.seed + 1, renderer_name=self.judge_renderer_name,
+            )  # fmt: skip
             stage = SFTStage(self.judge_sft_steps, min(self.sft_batch_size, self.judge_examples), 2e-3)
             judge_sft = await sft_stage(
                 s, "judge", stage, model=model, train_path=judge_train, test_path=judge_test, seed=self.seed
