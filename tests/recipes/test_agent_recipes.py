@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from tempering.envs.rubric_task import judge_examples, load_questions
+from tempering.envs.tool_use_task import KINDS, ToolUseTask, scripted_episode
 from tempering.envs.twenty_questions import load_words
+from tempering.envs.twenty_questions_task import category_question, guess_question, scripted_game
 from tempering.recipes import load_recipe
-from tempering.recipes.rubric import RubricRecipe, judge_examples, load_questions
-from tempering.recipes.tool_use import KINDS, ToolUseRecipe, ToolUseTask, scripted_episode
-from tempering.recipes.twenty_questions import (
-    TwentyQuestionsRecipe,
-    category_question,
-    guess_question,
-    scripted_game,
-)
+from tempering.recipes.rubric import RubricRecipe
+from tempering.recipes.tool_use import ToolUseRecipe
+from tempering.recipes.twenty_questions import TwentyQuestionsRecipe
 
 
 def test_registry_names_the_recipes() -> None:
@@ -33,13 +31,13 @@ def test_registry_names_the_recipes() -> None:
 
 
 def test_bad_configs_are_refused() -> None:
-    with pytest.raises(ValueError, match="ToolUseRecipe: group_size must be >= 1"):
+    with pytest.raises(ValueError, match=r"ToolUseRecipe\.group_size \(--group-size\) must be > 0"):
         ToolUseRecipe(group_size=0)
     with pytest.raises(ValueError, match=r"test_towns must be in 1\.\.50"):
         ToolUseRecipe(test_towns=0)
     with pytest.raises(ValueError, match="RubricRecipe: judge_sft_steps must be >= 0"):
         RubricRecipe(judge_sft_steps=-1)
-    with pytest.raises(ValueError, match="TwentyQuestionsRecipe: max_turns must be >= 1"):
+    with pytest.raises(ValueError, match=r"TwentyQuestionsRecipe\.max_turns \(--max-turns\) must be > 0"):
         TwentyQuestionsRecipe(max_turns=0)
 
 

@@ -97,6 +97,18 @@ def test_bad_config_names_the_flag() -> None:
     DPORecipe(sft_steps=0, init_state="tempering://some/weights/final")  # no SFT stage: allowed
 
 
+def test_pairs_split_and_refusals_name_the_flag() -> None:
+    recipe = DPORecipe(test_pairs=16)
+    data, n_train, test_pairs, stage = recipe.pairs(6, 4, 2e-3, "--dpo-batch-size")
+    assert (data.batch_size, data.test_size, len(test_pairs)) == (4, 16, 16)
+    assert n_train >= 1
+    assert (stage.steps, stage.batch_size, stage.learning_rate) == (6, 4, 2e-3)
+    with pytest.raises(
+        ValueError, match=r"DPORecipe: .* fewer training pairs than one batch \(--dpo-batch-size 100000\)"
+    ):
+        recipe.pairs(6, 100_000, 2e-3, "--dpo-batch-size")
+
+
 def test_chosen_answers_follow_the_label() -> None:
     _, test = ComparisonData(test_size=10)()
     assert test is not None

@@ -28,7 +28,7 @@ def test_registry_names_the_recipe() -> None:
 
 
 def test_bad_config_is_refused() -> None:
-    with pytest.raises(ValueError, match="GuessNumberRecipe: group_size must be >= 1"):
+    with pytest.raises(ValueError, match=r"GuessNumberRecipe\.group_size \(--group-size\) must be > 0"):
         GuessNumberRecipe(group_size=0)
     with pytest.raises(ValueError, match=r"n_test_secrets must be in 0\.\.7"):
         GuessNumberRecipe(low=0, high=7, n_test_secrets=8)

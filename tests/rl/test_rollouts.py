@@ -356,3 +356,37 @@ def test_off_policy_bound_is_exact(version: int, step: int, bound: int, fresh: b
     rollout = asyncio.run(one())
     assert f.accept(rollout, step) is fresh  # type: ignore[arg-type]
     assert f.n_stale == (0 if fresh else 1)
+
+
+class _Judge:
+    """A judge's completer: ``Score: 10`` to its first call, then something without a score."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, messages: object, /) -> dict[str, str]:
+        self.calls += 1
+        return {"role": "assistant", "content": "Score: 10" if self.calls == 1 else "no idea"}
+
+
+def test_env_step_metrics_reach_the_rollout_metrics() -> None:
+    """An env's own namespaced metrics (the judge's counts here) are in the step's metrics:
+    summed per episode, averaged over episodes."""
+    from tempering.envs.judge import LLMJudge, RubricGroupBuilder
+
+    renderer = get_renderer("chatml", build_tiny_tokenizer())
+    judge = LLMJudge(_Judge(), rubric="10 if correct, else 0.", timeout_s=5.0)  # type: ignore[arg-type]
+    builder = RubricGroupBuilder("2+2?", renderer, judge, reference="4", group_size=2)
+    policy = ScriptedPolicy(answer=[ord("4"), *renderer.get_stop_sequences()])  # type: ignore[list-item]
+    r = asyncio.run(rollout_group(builder, policy, RolloutConfig(share_first_turn=False)))
+    metrics = rollout_metrics([r])
+    assert metrics["env/judge/ok"] == 0.5
+    assert metrics["env/judge/unparsed"] == 0.5
+    assert metrics["env/judge/timeout"] == 0.0
+    assert metrics["env/judge/score"] == 0.5  # 1.0 for the graded reply, 0 for the other
+    masked = asyncio.run(
+        rollout_group(
+            Group([{"turns": 3, "mask_turns": True}, {"turns": 3}]), ScriptedPolicy(), RolloutConfig()
+        )
+    )
+    assert rollout_metrics([masked])["env/turn/masked"] == 1.5  # 3 masked turns over 2 episodes

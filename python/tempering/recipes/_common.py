@@ -1,4 +1,4 @@
-"""What every recipe shares: its result, its run directory, its service client, its summary.
+"""What every recipe shares: its config base, its session (run directory, service, summary), its result.
 
 A recipe is an attrs config (frozen, keyword-only) whose ``async __call__`` runs the pipeline and
 returns a :class:`RecipeResult`; ``tempering recipe NAME [flags]`` builds it with tyro from the
@@ -17,34 +17,44 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 import attrs
 
-from tempering.backend import ServiceClient, service_client, uses_hosted_service
+from tempering.backend import ServiceClient, load_renderer, service_client, uses_hosted_service
 from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
+    from tempering.training import RunConfig
+    from tempering_protocols import Renderer, SamplingClient
 
 __all__ = [
     "TINY_MODEL",
+    "GroupFlags",
+    "RLFlags",
     "RecipeConfig",
     "RecipeResult",
+    "RecipeSession",
+    "SFTFlags",
     "close_service",
     "default_learning_rate",
     "default_lora_rank",
     "finish",
     "fresh_model",
     "prepare_run_dir",
+    "recipe_flags",
     "recipe_service",
-    "require_positive",
+    "recipe_session",
 ]
 
 TINY_MODEL = "tempering/tiny"
@@ -75,6 +85,114 @@ class RecipeConfig:
     """Seeds the data split and order, the initialisation and the sampling."""
     progress: bool = True
     """Show the progress bars."""
+
+    NAME: ClassVar[str] = ""
+    """The recipe's name (``tempering recipe NAME``; its run directory's prefix)."""
+    POSITIVE: ClassVar[str] = ""
+    """The fields that must be > 0 (names separated by spaces), checked on construction."""
+
+    def __attrs_post_init__(self) -> None:
+        self.check_positive(self.POSITIVE)
+        self.validate()
+
+    def validate(self) -> None:
+        """A recipe's further checks of its flags (on construction)."""
+
+    async def __call__(self) -> RecipeResult:
+        """Run the recipe: :meth:`run` in a :func:`recipe_session`."""
+        async with recipe_session(self.NAME, self) as s:
+            return await self.run(s)
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        """The recipe's pipeline in session ``s``."""
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
+    def renderer(self) -> Renderer:
+        """The renderer of ``base_model`` (``renderer_name``, else the model's recommended one)."""
+        return load_renderer(self.base_model, self.renderer_name)
+
+    def check_positive(self, names: str) -> None:
+        """Raise ``ValueError`` naming the class, the field and its flag when one of these fields
+        (``names``: separated by spaces) is not positive.
+
+        Example::
+
+            ChatSFTRecipe(steps=0)   # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
+        """
+        for name in names.split():
+            if not (value := getattr(self, name)) > 0:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{type(self).__name__}.{name} ({flag}) must be > 0, got {value}")
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class SFTFlags:
+    """The flags of a recipe's SFT warm start (read by ``SFTStage.of(config, "sft_")``)."""
+
+    sft_steps: int = 100
+    sft_batch_size: int = 16
+    sft_learning_rate: float = 1e-3
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class RLFlags:
+    """The flags of a recipe's RL stage (``RLStage.of(config, "rl_")``)."""
+
+    rl_steps: int = 20
+    rl_batch_size: int = 8
+    """Prompts (problems, secrets, questions, groups) per RL step (``P``)."""
+    rl_learning_rate: float = 1e-4
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class GroupFlags:
+    """The sampling flags of a recipe's RL and evaluation."""
+
+    group_size: int = 8
+    """Samples per prompt (``G``), sharing it."""
+    max_tokens: int = 32
+    """Tokens per sampled reply."""
+    eval_samples: int = 4
+    """Samples per evaluation item, before and after RL."""
+
+
+C = TypeVar("C")
+
+
+def _nearest_default(cls: type, field: attrs.Attribute[Any]) -> object:
+    """An inherited field's default as the nearest base class that has it sets it (attrs itself
+    would take the class that declares it)."""
+    if field.name in inspect.get_annotations(cls):
+        return field.default
+    for base in cls.__mro__[1:]:
+        found = [a for a in getattr(base, "__attrs_attrs__", ()) if a.name == field.name]
+        if found:
+            return found[0].default
+    return field.default
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(attrs.field,))
+def recipe_flags(**defaults: object) -> Callable[[type[C]], type[C]]:
+    """``attrs.frozen(kw_only=True)``, with the defaults of inherited flags replaced by
+    ``defaults`` (a recipe's own defaults of :class:`SFTFlags`, :class:`RLFlags`, ...).
+
+    Example::
+
+        @recipe_flags(sft_steps=300, rl_steps=30)
+        class MyRecipe(RecipeConfig, SFTFlags, RLFlags):
+            turns: int = 4
+    """
+
+    def transform(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+        unknown = set(defaults) - {f.name for f in fields}
+        if unknown:
+            raise TypeError(f"{cls.__name__}: recipe_flags names no field {sorted(unknown)}")
+        return [f.evolve(default=defaults.get(f.name, _nearest_default(cls, f))) for f in fields]
+
+    def decorate(cls: type[C]) -> type[C]:
+        return attrs.frozen(kw_only=True, field_transformer=transform)(cls)
+
+    return decorate
 
 
 @attrs.frozen
@@ -142,7 +260,7 @@ def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
 
 
 def fresh_model(
-    config: RecipeConfig | str,
+    config: RecipeConfig,
     lora_rank: int | None = None,
     *,
     seed: int | None = None,
@@ -152,24 +270,14 @@ def fresh_model(
     """The ``ModelConfig`` of a stage that starts from a recipe's ``base_model`` itself (or
     ``base_model``), with the recipe's ``renderer_name``, its ``seed`` (or ``seed``) and its
     ``lora_rank`` resolved by :func:`default_lora_rank` (full fine-tuning for the local tiny model).
-    ``config`` may also be a base model's name, with ``lora_rank``, ``seed`` and ``renderer_name``
-    given here (for recipes whose config is not a :class:`RecipeConfig`).
 
     Example::
 
         model = fresh_model(ChatSFTRecipe())    # tempering/tiny, lora_rank 0, seed 0
-        model = fresh_model("tempering/tiny", None, seed=1, renderer_name="chatml")
+        model = fresh_model(recipe, seed=recipe.student_seed, base_model="tempering/tiny")
     """
     from tempering.backend import ModelConfig
 
-    if isinstance(config, str):
-        base = config if base_model is None else base_model
-        return ModelConfig(
-            base_model=base,
-            lora_rank=default_lora_rank(base, lora_rank),
-            seed=0 if seed is None else seed,
-            renderer_name=renderer_name,
-        )
     base = config.base_model if base_model is None else base_model
     return ModelConfig(
         base_model=base,
@@ -177,20 +285,6 @@ def fresh_model(
         seed=config.seed if seed is None else seed,
         renderer_name=config.renderer_name if renderer_name is None else renderer_name,
     )
-
-
-def require_positive(owner: str, **values: float) -> None:
-    """Raise ``ValueError`` naming the field and its flag when a value is not positive.
-
-    Example::
-
-        require_positive("ChatSFTRecipe", steps=0)
-        # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
-    """
-    for name, value in values.items():
-        if not value > 0:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{owner}.{name} ({flag}) must be > 0, got {value}")
 
 
 def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:
@@ -229,3 +323,77 @@ def default_learning_rate(
         return get_lr(base_model, lora=True)
     except (UnknownModelError, NotImplementedError):
         return 2e-4
+
+
+@attrs.define
+class RecipeSession:
+    """A running recipe: its name, run directory, service and config (see :func:`recipe_session`)."""
+
+    name: str
+    run_dir: Path
+    service: ServiceClient
+    config: Any
+    progress: bool = True
+    t_start: float = attrs.field(factory=time.monotonic)
+
+    def say(self, text: str) -> None:
+        """Print ``tempering recipe <name>: <text>`` (flushed)."""
+        print(f"tempering recipe {self.name}: {text}", flush=True)
+
+    def run_config(self, name: str, eval_every: int = 0, save_every: int = 0) -> RunConfig:
+        """The :class:`~tempering.training.RunConfig` of stage ``name``: ``<run dir>/<name>``,
+        overwritten, checkpoints every ``save_every`` steps (0: the final one only)."""
+        from tempering.training import RunConfig
+
+        log_dir = str(self.run_dir / name)
+        return RunConfig(
+            log_dir=log_dir,
+            if_exists="overwrite",
+            save_every=save_every,
+            eval_every=eval_every,
+            progress=self.progress,
+        )
+
+    async def sampler(self, path: str | None) -> SamplingClient:
+        """A sampling client of the sampler weights at ``path`` (a final checkpoint's)."""
+        assert path is not None, "a final checkpoint always has sampler weights"
+        return await self.service.create_sampling_client(model_path=path)
+
+    def finish(
+        self,
+        figures: Mapping[str, float],
+        extra: Mapping[str, Any] | None = None,
+        *,
+        ci95: Mapping[str, tuple[float, float]] | None = None,
+    ) -> RecipeResult:
+        """``figures`` plus ``wall_seconds``, and ``extra``, written to ``summary.json`` with the
+        config; ``ci95``: the 95% intervals of accuracy figures (``summary.json``'s ``ci95``)."""
+        payload = dict(extra or {})
+        if ci95:
+            payload["ci95"] = {k: [lo, hi] for k, (lo, hi) in ci95.items()}
+        figures = {**figures, "wall_seconds": time.monotonic() - self.t_start}
+        return finish(RecipeResult(self.name, self.run_dir, figures, payload), config=self.config)
+
+
+@asynccontextmanager
+async def recipe_session(
+    name: str, config: Any, *, base_model: str | None = None, service: ServiceClient | None = None
+) -> AsyncGenerator[RecipeSession]:
+    """Open a recipe's session: ``service`` (default :func:`~tempering.recipes._common.recipe_service`
+    of ``base_model``, default ``config.base_model``), then the run directory ``config.out``
+    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits.
+
+    Example::
+
+        async with recipe_session("chat-sft", self) as s:
+            ...
+            return s.finish({"exact_match_after": 0.4})
+    """
+    t_start = time.monotonic()
+    if service is None:
+        service = recipe_service(base_model if base_model is not None else config.base_model)
+    try:
+        run_dir = prepare_run_dir(name, config.out)
+        yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
+    finally:
+        close_service(service)

@@ -33,6 +33,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
@@ -43,9 +45,8 @@ from tempering.recipes._common import (
     RecipeResult,
     default_learning_rate,
     fresh_model,
-    require_positive,
 )
-from tempering.recipes.stages import RecipeSession, SFTStage, metric, recipe_session, sft_stage
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
 from tempering.renderers import get_renderer
 from tempering.training import TrainResult
 
@@ -145,31 +146,28 @@ class ChatSFTRecipe(RecipeConfig):
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
-    def __attrs_post_init__(self) -> None:
-        require_positive(
-            "ChatSFTRecipe", steps=self.steps, batch_size=self.batch_size, max_tokens=self.max_tokens
-        )
+    NAME: ClassVar[str] = "chat-sft"
+    POSITIVE: ClassVar[str] = "steps batch_size max_tokens"
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("chat-sft", self) as s:
-            lr = default_learning_rate(self.base_model, self.learning_rate)
-            stage = SFTStage.of(self, "", learning_rate=lr)
-            outcome = await train_chat_sft(s, stage, train_path=self.train_path, test_path=self.test_path)
-            print(format_replies(outcome.before, outcome.after))
-            figures = {
-                "test_nll_before": outcome.test_nll_before,
-                "test_nll_after": outcome.test_nll_after,
-                "exact_match_before": outcome.before.exact_match,
-                "exact_match_after": outcome.after.exact_match,
-            }
-            extra = {
-                "replies": replies_json(outcome.before, outcome.after),
-                "sft_state_path": outcome.state_path,
-                "sft_sampler_path": outcome.sampler_path,
-                "stages": {"sft": str(s.run_dir / "sft")},
-            }
-            ci95 = {
-                "exact_match_before": outcome.before.exact_match_ci95,
-                "exact_match_after": outcome.after.exact_match_ci95,
-            }
-            return s.finish(figures, extra, ci95=ci95)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        lr = default_learning_rate(self.base_model, self.learning_rate)
+        stage = SFTStage.of(self, "", learning_rate=lr)
+        outcome = await train_chat_sft(s, stage, train_path=self.train_path, test_path=self.test_path)
+        print(format_replies(outcome.before, outcome.after))
+        figures = {
+            "test_nll_before": outcome.test_nll_before,
+            "test_nll_after": outcome.test_nll_after,
+            "exact_match_before": outcome.before.exact_match,
+            "exact_match_after": outcome.after.exact_match,
+        }
+        extra = {
+            "replies": replies_json(outcome.before, outcome.after),
+            "sft_state_path": outcome.state_path,
+            "sft_sampler_path": outcome.sampler_path,
+            "stages": {"sft": str(s.run_dir / "sft")},
+        }
+        ci95 = {
+            "exact_match_before": outcome.before.exact_match_ci95,
+            "exact_match_after": outcome.after.exact_match_ci95,
+        }
+        return s.finish(figures, extra, ci95=ci95)

@@ -49,7 +49,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -58,10 +58,8 @@ from tempering.backend import ModelConfig, load_tokenizer, uses_hosted_service
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.reverse_kl import heldout_reverse_kl
-from tempering.model_info import resolve_renderer_name
 from tempering.recipes._common import TINY_MODEL, RecipeConfig, RecipeResult, default_lora_rank, fresh_model
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
-from tempering.renderers import get_renderer
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
 from tempering.training.checkpoints import open_sampler, sampler_weights
 from tempering_protocols import SamplingClient
 
@@ -124,7 +122,9 @@ class OnPolicyDistillRecipe(RecipeConfig):
     max_tokens: int = 8
     """Tokens per sampled answer (the answers are at most 4 tokens and the end of turn)."""
 
-    def __attrs_post_init__(self) -> None:
+    NAME: ClassVar[str] = "distill"
+
+    def validate(self) -> None:
         for name in ("teacher_batch_size", "warmup_batch_size", "distill_steps", "batch_size", "group_size"):
             _positive(name, getattr(self, name))
         for name in ("teacher_steps", "warmup_steps", "warmup_problems", "eval_samples", "max_tokens"):
@@ -150,14 +150,19 @@ class OnPolicyDistillRecipe(RecipeConfig):
                 and Path(given).resolve().is_relative_to(out)
             ):
                 raise ValueError(f"{flag} {given!r} is inside --out {self.out!r}, which the recipe replaces")
-        teacher_base = self.teacher_model if self.teacher_model is not None else self.base_model
-        if self.teacher is None and teacher_base == TINY_MODEL and uses_hosted_service():
+        if self.teacher is None and self.teacher_base() == TINY_MODEL and uses_hosted_service():
             raise ValueError(
                 f"TINKER_API_KEY is set (hosted service) but --teacher-model is {TINY_MODEL!r}, which only "
                 "the local engine has: pass --teacher-model with a model the service serves, or --teacher"
             )
-        async with recipe_session("distill", self) as s:
-            return await _stages(self, s, teacher_base)
+        return await super().__call__()
+
+    def teacher_base(self) -> str:
+        """The teacher's base model: ``teacher_model``, else ``base_model``."""
+        return self.teacher_model if self.teacher_model is not None else self.base_model
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        return await _stages(self, s, self.teacher_base())
 
 
 def _positive(name: str, value: int, minimum: int = 1) -> None:
@@ -168,7 +173,7 @@ def _positive(name: str, value: int, minimum: int = 1) -> None:
 async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base: str) -> RecipeResult:
     rank = default_lora_rank(config.base_model, config.lora_rank)
     tokenizer = load_tokenizer(config.base_model)
-    renderer = get_renderer(resolve_renderer_name(config.base_model, config.renderer_name), tokenizer)
+    renderer = config.renderer()
     extra: dict[str, Any] = {}
 
     # 1. data

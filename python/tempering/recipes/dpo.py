@@ -45,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -54,35 +55,19 @@ from tempering.assets import ASSET_PREFIX
 from tempering.backend import ModelConfig
 from tempering.evals.accuracy import wilson_interval
 from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
-from tempering.model_info import resolve_renderer_name
 from tempering.preference import ComparisonData, DPOConfig
 from tempering.preference.evaluation import chosen_answers, pair_logprobs
 from tempering.recipes._common import (
     RecipeConfig,
     RecipeResult,
     default_learning_rate,
-    require_positive,
 )
 from tempering.recipes.chat_sft import train_chat_sft
-from tempering.recipes.stages import RecipeSession, SFTStage, metric, recipe_session
-from tempering.renderers import get_renderer
+from tempering.recipes.stages import RecipeSession, SFTStage, metric
 from tempering.training import RunDir
 from tempering_protocols import LabeledComparison, Renderer
 
-__all__ = ["DPORecipe", "PreferenceRecipe", "split_pairs"]
-
-
-def split_pairs(data: ComparisonData, owner: str, flag: str) -> tuple[int, list[LabeledComparison]]:
-    """``(training batches, held-out pairs)`` of ``data``, refusing (naming ``owner`` and the
-    batch-size ``flag``) fewer training pairs than one batch or no held-out pair with a winner."""
-    train, test = data()
-    if len(train) < 1:
-        raise ValueError(
-            f"{owner}: {data.path} has fewer training pairs than one batch ({flag} {data.batch_size})"
-        )
-    if test is None or not chosen_answers(test.items):
-        raise ValueError(f"{owner}: no held-out pairs from {data.path} (--test-pairs {data.test_size})")
-    return len(train), list(test.items)
+__all__ = ["DPORecipe", "PreferenceRecipe"]
 
 
 @attrs.frozen(kw_only=True)
@@ -108,20 +93,15 @@ class PreferenceRecipe(RecipeConfig):
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
-    NAME: ClassVar[str] = ""
+    def validate(self) -> None:
+        sft = "" if self.init_state is not None else " sft_steps sft_batch_size"
+        self.check_positive("test_pairs max_tokens" + sft)
 
-    def __attrs_post_init__(self) -> None:
-        owner = type(self).__name__
-        require_positive(owner, test_pairs=self.test_pairs, max_tokens=self.max_tokens)
-        if self.init_state is None:
-            require_positive(owner, sft_steps=self.sft_steps, sft_batch_size=self.sft_batch_size)
-
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session(self.NAME, self) as s:
-            extra: dict[str, Any] = {}
-            stages: dict[str, str] = {}
-            start = await self.sft_start(s, extra, stages)
-            return await self.after_sft(s, start, extra, stages)
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        extra: dict[str, Any] = {}
+        stages: dict[str, str] = {}
+        start = await self.sft_start(s, extra, stages)
+        return await self.after_sft(s, start, extra, stages)
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
@@ -141,10 +121,36 @@ class PreferenceRecipe(RecipeConfig):
         stages["sft"] = str(session.run_dir / "sft")
         return sft.state_path
 
-    def renderer(self) -> Renderer:
-        """The renderer of ``base_model`` (``renderer_name``)."""
-        tokenizer = ModelConfig(base_model=self.base_model).tokenizer()
-        return get_renderer(resolve_renderer_name(self.base_model, self.renderer_name), tokenizer)
+    def pairs(
+        self, steps: int, batch_size: int, learning_rate: float, flag: str
+    ) -> tuple[ComparisonData, int, list[LabeledComparison], SFTStage]:
+        """The labeled comparisons in batches of ``batch_size``, their number of training
+        batches and their held-out pairs (refusing, naming the batch-size ``flag``, fewer training
+        pairs than one batch or no held-out pair with a winner), and the stage that trains on them:
+        ``steps`` steps at ``learning_rate``, 5 warmup steps, linear decay, Adam's beta2 0.95."""
+        data = ComparisonData(
+            path=self.pairs_path, test_size=self.test_pairs, batch_size=batch_size, seed=self.seed
+        )
+        train, test = data()
+        owner = type(self).__name__
+        if len(train) < 1:
+            raise ValueError(
+                f"{owner}: {data.path} has fewer training pairs than one batch ({flag} {batch_size})"
+            )
+        if test is None or not chosen_answers(test.items):
+            raise ValueError(f"{owner}: no held-out pairs from {data.path} (--test-pairs {data.test_size})")
+        stage = SFTStage(steps, batch_size, learning_rate, max_warmup_steps=5, schedule="linear", beta2=0.95)
+        return data, len(train), list(test.items), stage
+
+    def start_model(self, start: str) -> ModelConfig:
+        """The model at the ``save_state`` checkpoint ``start`` (of ``base_model``)."""
+        return ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start)
+
+    def replies(self, pairs: Sequence[LabeledComparison], renderer: Renderer) -> ReplyEvaluator:
+        """The evaluator of greedy replies to the prompts of ``pairs`` (their chosen answers)."""
+        return ReplyEvaluator(
+            chosen_answers(pairs), renderer, max_tokens=self.max_tokens, n_show=self.show, seed=self.seed
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -171,29 +177,20 @@ class DPORecipe(PreferenceRecipe):
     """Evaluate DPO every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "dpo"
-
-    def __attrs_post_init__(self) -> None:
-        require_positive(
-            "DPORecipe", dpo_steps=self.dpo_steps, dpo_batch_size=self.dpo_batch_size, beta=self.beta
-        )
-        super().__attrs_post_init__()
+    POSITIVE: ClassVar[str] = "dpo_steps dpo_batch_size beta"
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
     ) -> RecipeResult:
         # 1. the SFT start: ``start``; 2. DPO from it
         renderer = self.renderer()
-        data = ComparisonData(
-            path=self.pairs_path, test_size=self.test_pairs, batch_size=self.dpo_batch_size, seed=self.seed
-        )
-        n_train, test_pairs = split_pairs(data, "DPORecipe", "--dpo-batch-size")
         lr = default_learning_rate(self.base_model, self.dpo_learning_rate, tiny=1e-3, lora=1e-5)
-        stage = SFTStage(
-            self.dpo_steps, self.dpo_batch_size, lr, max_warmup_steps=5, schedule="linear", beta2=0.95
+        data, n_train, test_pairs, stage = self.pairs(
+            self.dpo_steps, self.dpo_batch_size, lr, "--dpo-batch-size"
         )
         dpo = DPOConfig(
             run=s.run_config("dpo", self.eval_every),
-            model=ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start),
+            model=self.start_model(start),
             data=data,
             adam=stage.adam(),
             beta=self.beta,
@@ -208,9 +205,7 @@ class DPORecipe(PreferenceRecipe):
         reference_path = str(RunDir(s.run_dir / "dpo").read_state()["reference_path"])
         final_path = result.final.sampler_path
         evaluations: list[tuple[np.ndarray, np.ndarray]] = []
-        replies = ReplyEvaluator(
-            chosen_answers(test_pairs), renderer, max_tokens=self.max_tokens, n_show=self.show, seed=self.seed
-        )
+        replies = self.replies(test_pairs, renderer)
         for path in (reference_path, final_path):
             sampler = await s.sampler(path)
             evaluations.append(await pair_logprobs(sampler, renderer, test_pairs))

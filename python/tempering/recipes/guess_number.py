@@ -38,19 +38,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import attrs
 
-from tempering.backend import load_tokenizer
 from tempering.envs.game_data import TEACHERS, Teacher, scripted_stats, write_transcripts
 from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberStats, GuessNumberTask
 from tempering.evals.accuracy import wilson_interval
-from tempering.model_info import resolve_renderer_name
-from tempering.recipes._common import RecipeConfig, RecipeResult
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, sft_then_rl
-from tempering.renderers import get_renderer
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.evaluate import evaluate_guess_number
-from tempering_protocols import TrainOnWhat
+from tempering_protocols import SamplingClient, TrainOnWhat
 
 __all__ = ["GuessNumberRecipe"]
 
@@ -62,9 +60,19 @@ def _describe(stats: GuessNumberStats) -> str:
     )
 
 
-@attrs.frozen(kw_only=True)
-class GuessNumberRecipe(RecipeConfig):
-    """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it.
+@recipe_flags(
+    sft_steps=300,
+    sft_batch_size=32,
+    rl_steps=30,
+    rl_batch_size=8,
+    group_size=16,
+    max_tokens=6,
+    eval_samples=16,
+)
+class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+    """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it. ``P``: secrets
+    per RL step (``rl_batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
+    games per evaluation secret.
 
     The defaults are the measured run of docs/recipes/guess-number.md; the test runs a tiny
     budget.
@@ -76,132 +84,90 @@ class GuessNumberRecipe(RecipeConfig):
     max_turns: int = 4
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
-    invalid_reward: float = -1.0
-    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     turn_cost: float = 0.1
     """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     n_test_secrets: int = 0
     """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
     on and evaluated on, with held-out sampling seeds."""
+    invalid_reward: float = -1.0
+    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     sft_games: int = 4000
-    sft_steps: int = 300
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 30
-    rl_batch_size: int = 8
-    """Secrets per RL step (``P``)."""
-    group_size: int = 16
-    """Games per secret (``G``), sharing the secret."""
-    rl_learning_rate: float = 1e-4
     rl_eval_every: int = 10
-    max_tokens: int = 6
-    """Tokens per reply."""
-    eval_samples: int = 16
-    """Games per evaluation secret, before and after RL."""
 
-    def __attrs_post_init__(self) -> None:
-        where = "GuessNumberRecipe"
-        for name in (
-            "sft_games", "sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size", "group_size",
-            "eval_samples", "max_tokens",
-        ):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{where}: {name} must be >= 1, got {getattr(self, name)}")
+    NAME: ClassVar[str] = "guess-number"
+    POSITIVE: ClassVar[str] = (
+        "sft_games sft_steps sft_batch_size rl_steps rl_batch_size group_size eval_samples max_tokens"
+    )
+
+    def validate(self) -> None:
         if self.teacher not in TEACHERS:
-            raise ValueError(f"{where}: teacher must be one of {sorted(TEACHERS)}, got {self.teacher!r}")
+            raise ValueError(
+                f"GuessNumberRecipe: teacher must be one of {sorted(TEACHERS)}, got {self.teacher!r}"
+            )
         self.task()  # validates the range, max_turns and n_test_secrets
 
     def task(self) -> GuessNumberTask:
         """The RL task of this config."""
-        return GuessNumberTask(
-            base_model=self.base_model, renderer_name=self.renderer_name, low=self.low, high=self.high,
-            max_turns=self.max_turns, turn_cost=self.turn_cost, invalid_reward=self.invalid_reward,
-            n_test_secrets=self.n_test_secrets, seed=self.seed, batch_size=self.rl_batch_size,
-            group_size=self.group_size, test_group_size=self.group_size, n_batches=self.rl_steps,
+        return from_flags(
+            GuessNumberTask, self, "rl_", "", test_group_size=self.group_size, n_batches=self.rl_steps
+        )
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        task = self.task()
+        train_secrets, test_secrets = task.secrets()
+        eval_secrets = test_secrets or train_secrets
+        renderer = self.renderer()
+        low, high, max_turns = self.low, self.high, self.max_turns
+        eval_builders = [
+            GuessNumberGroupBuilder(
+                renderer, secret, low=low, high=high, max_turns=max_turns, group_size=self.eval_samples,
+                turn_cost=self.turn_cost, invalid_reward=self.invalid_reward,
+            )
+            for secret in eval_secrets
+        ]  # fmt: skip
+
+        async def evaluate(stage: str, sampler: SamplingClient) -> GuessNumberStats:
+            stats = await evaluate_guess_number(
+                sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919
+            )
+            s.say(f"after {stage.upper()} {_describe(stats)}")
+            return stats
+
+        # 1. data
+        def transcripts(name: str, secrets: Sequence[int], n_games: int, seed: int) -> Path:
+            return write_transcripts(
+                s.run_dir / "data" / name, secrets, n_games=n_games, teacher=self.teacher, low=low, high=high,
+                max_turns=max_turns, seed=seed,
+            )  # fmt: skip
+
+        train_path = transcripts("train.jsonl", train_secrets, self.sft_games, self.seed)
+        test_path = transcripts("test.jsonl", eval_secrets, 64, self.seed + 1)
+
+        # 2. SFT warm start, 3. RL from the SFT checkpoint, each evaluated
+        sft = SFTStage.of(self, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+        run = await sft_then_rl(
+            s, sft, RLStage.of(self, "rl_"), evaluate, train_path=train_path, test_path=test_path, task=task,
+            max_tokens=self.max_tokens,
         )  # fmt: skip
+        evaluated = run.evaluations()
 
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("guess-number", self) as s:
-            return await _run(self, s)
-
-
-async def _run(config: GuessNumberRecipe, s: RecipeSession) -> RecipeResult:
-    task = config.task()
-    train_secrets, test_secrets = task.secrets()
-    eval_secrets = test_secrets or train_secrets
-    renderer = get_renderer(
-        resolve_renderer_name(config.base_model, config.renderer_name), load_tokenizer(config.base_model)
-    )
-    low, high, max_turns = config.low, config.high, config.max_turns
-    eval_builders = [
-        GuessNumberGroupBuilder(
-            renderer, secret, low=low, high=high, max_turns=max_turns, group_size=config.eval_samples,
-            turn_cost=config.turn_cost, invalid_reward=config.invalid_reward,
-        )
-        for secret in eval_secrets
-    ]  # fmt: skip
-
-    async def evaluate(path: str | None, stage: str) -> GuessNumberStats:
-        sampler = await s.sampler(path)
-        stats = await evaluate_guess_number(
-            sampler, eval_builders, max_tokens=config.max_tokens, seed=config.seed + 7919
-        )
-        s.say(f"after {stage} {_describe(stats)}")
-        return stats
-
-    # 1. data
-    def transcripts(name: str, secrets: Sequence[int], n_games: int, seed: int) -> Path:
-        path = s.run_dir / "data" / name
-        return write_transcripts(
-            path,
-            secrets,
-            n_games=n_games,
-            teacher=config.teacher,
-            low=low,
-            high=high,
-            max_turns=max_turns,
-            seed=seed,
-        )
-
-    train_path = transcripts("train.jsonl", train_secrets, config.sft_games, config.seed)
-    test_path = transcripts("test.jsonl", eval_secrets, 64, config.seed + 1)
-
-    # 2. SFT warm start, 3. RL from the SFT checkpoint
-    sft_config = SFTStage.of(
-        config, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES
-    )
-    sft, rl = await sft_then_rl(
-        s, sft_config, RLStage.of(config, "rl_"), train_path=train_path, test_path=test_path, task=task,
-        max_tokens=config.max_tokens,
-    )  # fmt: skip
-    before = await evaluate(sft.final.sampler_path, "SFT")
-    after = await evaluate(rl.final.sampler_path, "RL")
-
-    # 4. outputs
-    scripted = {
-        **scripted_stats("random", eval_secrets, low, high, max_turns, 200),
-        **scripted_stats("bisect", eval_secrets, low, high, max_turns, 200),
-    }
-    figures = {
-        "sft_success": before.success,
-        "rl_success": after.success,
-        "sft_turns": before.turns,
-        "rl_turns": after.turns,
-        "sft_invalid": before.invalid,
-        "rl_invalid": after.invalid,
-    }
-    extra = {
-        "sft": attrs.asdict(before),
-        "rl": attrs.asdict(after),
-        "scripted": scripted,
-        "eval_secrets": list(eval_secrets),
-        "train_secrets": list(train_secrets),
-        "eval_games": len(eval_secrets) * config.eval_samples,
-        "sft_checkpoint": sft.final.sampler_path,
-        "rl_checkpoint": rl.final.sampler_path,
-    }
-    ci95 = {
-        f"{k}_success": wilson_interval(v.success * v.episodes, v.episodes)
-        for k, v in (("sft", before), ("rl", after))
-    }
-    return s.finish(figures, extra, ci95=ci95)
+        # 4. outputs
+        scripted = {
+            **scripted_stats("random", eval_secrets, low, high, max_turns, 200),
+            **scripted_stats("bisect", eval_secrets, low, high, max_turns, 200),
+        }
+        figures = {
+            f"{k}_{m}": getattr(v, m) for m in ("success", "turns", "invalid") for k, v in evaluated.items()
+        }
+        extra = {
+            **{k: attrs.asdict(v) for k, v in evaluated.items()},
+            "scripted": scripted,
+            "eval_secrets": list(eval_secrets),
+            "train_secrets": list(train_secrets),
+            "eval_games": len(eval_secrets) * self.eval_samples,
+            **run.checkpoints(),
+        }
+        ci95 = {
+            f"{k}_success": wilson_interval(v.success * v.episodes, v.episodes) for k, v in evaluated.items()
+        }
+        return s.finish(figures, extra, ci95=ci95)

@@ -52,19 +52,16 @@ from typing import Any, ClassVar
 
 import attrs
 
-from tempering.backend import ModelConfig
-from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
-from tempering.preference import ComparisonData, RewardModelConfig
-from tempering.preference.evaluation import chosen_answers
+from tempering.evals.reply import format_replies, replies_json
+from tempering.preference import RewardModelConfig
 from tempering.preference.rlhf import RewardModelPrompts
 from tempering.recipes._common import (
     RecipeResult,
     default_learning_rate,
     fresh_model,
-    require_positive,
 )
-from tempering.recipes.dpo import PreferenceRecipe, split_pairs
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, rl_stage
+from tempering.recipes.dpo import PreferenceRecipe
+from tempering.recipes.stages import RecipeSession, RLStage, metric, rl_stage
 from tempering.rl import TinkerTokenCompleter
 from tempering.rl.evaluate import evaluate_dataset
 from tempering.training.checkpoints import sampler_weights
@@ -108,39 +105,28 @@ class RLHFRecipe(PreferenceRecipe):
     """Evaluate the RL policy every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "rlhf"
+    POSITIVE: ClassVar[str] = "rm_steps rm_batch_size rl_steps rl_prompts eval_samples"
 
-    def __attrs_post_init__(self) -> None:
-        require_positive(
-            "RLHFRecipe",
-            rm_steps=self.rm_steps,
-            rm_batch_size=self.rm_batch_size,
-            rl_steps=self.rl_steps,
-            rl_prompts=self.rl_prompts,
-            eval_samples=self.eval_samples,
-        )
+    def validate(self) -> None:
         if self.group_size < 2:
             raise ValueError(
                 f"RLHFRecipe.group_size (--group-size) must be >= 2 for a tournament, got {self.group_size}"
             )
         if self.kl_coef < 0:
             raise ValueError(f"RLHFRecipe.kl_coef (--kl-coef) must be >= 0, got {self.kl_coef}")
-        super().__attrs_post_init__()
+        super().validate()
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
     ) -> RecipeResult:
         # 1. SFT: ``start``
         renderer = self.renderer()
-        policy = ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name, init_state=start)
+        policy = self.start_model(start)
 
         # 2. the reward model
-        data = ComparisonData(
-            path=self.pairs_path, test_size=self.test_pairs, batch_size=self.rm_batch_size, seed=self.seed
-        )
-        n_train, test_pairs = split_pairs(data, "RLHFRecipe", "--rm-batch-size")
         lr = default_learning_rate(self.base_model, self.rm_learning_rate)
-        stage = SFTStage(
-            self.rm_steps, self.rm_batch_size, lr, max_warmup_steps=5, schedule="linear", beta2=0.95
+        data, n_train, test_pairs, stage = self.pairs(
+            self.rm_steps, self.rm_batch_size, lr, "--rm-batch-size"
         )
         rm_config = RewardModelConfig(
             run=s.run_config("rm", self.rm_eval_every),
@@ -182,9 +168,7 @@ class RLHFRecipe(PreferenceRecipe):
         final_path = rl.final.sampler_path
 
         # 4. held-out replies (greedy) of the SFT and the final policy
-        replies = ReplyEvaluator(
-            chosen_answers(test_pairs), renderer, max_tokens=self.max_tokens, n_show=self.show, seed=self.seed
-        )
+        replies = self.replies(test_pairs, renderer)
         for path in (sft_path, final_path):
             await replies(await s.sampler(path))
         before, after = replies.records[0], replies.records[-1]

@@ -10,7 +10,9 @@ RL stages every recipe is made of.
   schedule, evaluation period), read from a recipe's flat flags by prefix with :meth:`SFTStage.of`
   (``--sft-steps`` → ``SFTStage.steps``), so the command line keeps one flat flag per setting.
 - :func:`sft_stage` / :func:`rl_stage` run a stage into ``<run dir>/<name>`` (overwritten);
-  :func:`sft_then_rl` is the warm start: SFT of a fresh model, then RL from its final state.
+  :func:`sft_then_rl` is the warm start: SFT of a fresh model, an evaluation, RL from its
+  final state, the same evaluation. :func:`from_flags` builds any attrs config (a task) the same
+  way the stages are read.
 
 Example::
 
@@ -22,38 +24,41 @@ Example::
         rl_steps: int = 10
         rl_learning_rate: float = 1e-4
 
-        async def __call__(self) -> RecipeResult:
-            async with recipe_session("my-recipe", self) as s:
-                sft, rl = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"),
-                                            train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
-                return s.finish({"reward": metric(rl.metrics, "env/reward/mean")})
+        NAME: ClassVar[str] = "my-recipe"                # the run directory's prefix
+        POSITIVE: ClassVar[str] = "sft_steps rl_steps"   # refused below 1 on construction
+
+        async def run(self, s: RecipeSession) -> RecipeResult:   # await MyRecipe()(): in a recipe_session
+            async def evaluate(stage: str, sampler: SamplingClient) -> float: ...
+            run = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"), evaluate,
+                                    train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
+            return s.finish({"before": run.before, "after": run.after})
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import attrs
 
-from tempering.backend import ServiceClient
-from tempering.recipes._common import RecipeResult, close_service, finish, prepare_run_dir, recipe_service
+from tempering.recipes._common import RecipeSession, recipe_session
 from tempering.training.schedule import ScheduleKind
 from tempering_protocols import SamplingClient, TrainOnWhat
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
     from tempering.rl.train import LossName
-    from tempering.training import AdamConfig, RunConfig, TrainResult
+    from tempering.training import AdamConfig, TrainResult
     from tempering_protocols import RLDatasetBuilder, SamplingClientEvaluator
 
 __all__ = [
+    "Evaluate",
     "RLStage",
     "RecipeSession",
     "SFTStage",
+    "WarmStart",
+    "from_flags",
     "metric",
     "recipe_session",
     "rl_stage",
@@ -61,21 +66,41 @@ __all__ = [
     "sft_then_rl",
 ]
 
+T = TypeVar("T")
+Evaluate = Callable[[str, SamplingClient], Awaitable[T]]
+"""``evaluate(stage, sampler)``: the figures of a stage's policy (``stage``: ``"sft"`` or ``"rl"``)."""
+
+
+def from_flags(cls: Callable[..., T], config: object, *prefixes: str, **overrides: Any) -> T:
+    """``cls`` (an attrs class) built from ``config``'s flat fields: each of its fields from the
+    first ``<prefix><field>`` that ``config`` has (the others keep their defaults), then
+    ``overrides``. With no prefix, the field of the same name.
+
+    Example::
+
+        from_flags(SFTStage, DemoConfig(), "sft_")   # sft_steps, sft_batch_size, sft_learning_rate, ...
+        from_flags(MathTask, recipe, "rl_", "", n_batches=recipe.rl_steps)   # rl_batch_size, then seed, ...
+    """
+    values: dict[str, Any] = {}
+    for field in attrs.fields(cls):  # pyright: ignore[reportArgumentType]
+        name: str = field.name
+        found = next((p + name for p in prefixes or ("",) if hasattr(config, p + name)), None)
+        if found is not None and name not in overrides:
+            values[name] = getattr(config, found)
+    return cls(**values, **overrides)
+
 
 class _FromFlags:
     @classmethod
     def of(cls, config: object, prefix: str, **overrides: Any) -> Self:
-        """The stage read from ``config``'s flat fields ``<prefix><field>`` (those it has; the
-        others keep their defaults), then ``overrides``.
+        """The stage read from ``config``'s flat fields ``<prefix><field>`` (:func:`from_flags`).
 
         Example::
 
             SFTStage.of(DemoConfig(), "sft_")     # sft_steps, sft_batch_size, sft_learning_rate, ...
             RLStage.of(config, "rl_", learning_rate=2e-4, eval_every=0)
         """
-        names = [f.name for f in attrs.fields(cls)]  # pyright: ignore[reportArgumentType]
-        values = {n: getattr(config, prefix + n) for n in names if hasattr(config, prefix + n)}
-        return cls(**(values | overrides))
+        return from_flags(cls, config, prefix, **overrides)
 
 
 @attrs.frozen
@@ -133,80 +158,6 @@ class RLStage(_FromFlags):
     loss_fn: LossName = "importance_sampling"
     num_substeps: int = 1
     beta2: float = 0.98
-
-
-@attrs.define
-class RecipeSession:
-    """A running recipe: its name, run directory, service and config (see :func:`recipe_session`)."""
-
-    name: str
-    run_dir: Path
-    service: ServiceClient
-    config: Any
-    progress: bool = True
-    t_start: float = attrs.field(factory=time.monotonic)
-
-    def say(self, text: str) -> None:
-        """Print ``tempering recipe <name>: <text>`` (flushed)."""
-        print(f"tempering recipe {self.name}: {text}", flush=True)
-
-    def run_config(self, name: str, eval_every: int = 0, save_every: int = 0) -> RunConfig:
-        """The :class:`~tempering.training.RunConfig` of stage ``name``: ``<run dir>/<name>``,
-        overwritten, checkpoints every ``save_every`` steps (0: the final one only)."""
-        from tempering.training import RunConfig
-
-        log_dir = str(self.run_dir / name)
-        return RunConfig(
-            log_dir=log_dir,
-            if_exists="overwrite",
-            save_every=save_every,
-            eval_every=eval_every,
-            progress=self.progress,
-        )
-
-    async def sampler(self, path: str | None) -> SamplingClient:
-        """A sampling client of the sampler weights at ``path`` (a final checkpoint's)."""
-        assert path is not None, "a final checkpoint always has sampler weights"
-        return await self.service.create_sampling_client(model_path=path)
-
-    def finish(
-        self,
-        figures: Mapping[str, float],
-        extra: Mapping[str, Any] | None = None,
-        *,
-        ci95: Mapping[str, tuple[float, float]] | None = None,
-    ) -> RecipeResult:
-        """``figures`` plus ``wall_seconds``, and ``extra``, written to ``summary.json`` with the
-        config; ``ci95``: the 95% intervals of accuracy figures (``summary.json``'s ``ci95``)."""
-        payload = dict(extra or {})
-        if ci95:
-            payload["ci95"] = {k: [lo, hi] for k, (lo, hi) in ci95.items()}
-        figures = {**figures, "wall_seconds": time.monotonic() - self.t_start}
-        return finish(RecipeResult(self.name, self.run_dir, figures, payload), config=self.config)
-
-
-@asynccontextmanager
-async def recipe_session(
-    name: str, config: Any, *, base_model: str | None = None, service: ServiceClient | None = None
-) -> AsyncGenerator[RecipeSession]:
-    """Open a recipe's session: ``service`` (default :func:`~tempering.recipes._common.recipe_service`
-    of ``base_model``, default ``config.base_model``), then the run directory ``config.out``
-    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits.
-
-    Example::
-
-        async with recipe_session("chat-sft", self) as s:
-            ...
-            return s.finish({"exact_match_after": 0.4})
-    """
-    t_start = time.monotonic()
-    if service is None:
-        service = recipe_service(base_model if base_model is not None else config.base_model)
-    try:
-        run_dir = prepare_run_dir(name, config.out)
-        yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
-    finally:
-        close_service(service)
 
 
 async def sft_stage(
@@ -295,46 +246,85 @@ async def rl_stage(
     return await train(config, service=session.service)
 
 
+@attrs.frozen
+class WarmStart(Generic[T]):
+    """What :func:`sft_then_rl` leaves: the SFT result (``None`` when skipped), the RL result,
+    and the evaluation of the RL start (``None`` when none was made) and of its end."""
+
+    sft: TrainResult | None
+    rl: TrainResult
+    before: T | None
+    after: T
+
+    def checkpoints(self) -> dict[str, str | None]:
+        """``sft_checkpoint`` (when SFT ran) and ``rl_checkpoint``: the final sampler weights."""
+        sft = {} if self.sft is None else {"sft_checkpoint": self.sft.final.sampler_path}
+        return sft | {"rl_checkpoint": self.rl.final.sampler_path}
+
+    def evaluations(self) -> dict[str, T]:
+        """``{"sft": before, "rl": after}`` (no ``"sft"`` when there was no evaluation before RL)."""
+        return ({} if self.before is None else {"sft": self.before}) | {"rl": self.after}
+
+
 async def sft_then_rl(
     session: RecipeSession,
-    sft: SFTStage,
+    sft: SFTStage | None,
     rl: RLStage,
+    evaluate: Evaluate[T],
     *,
-    train_path: str | Path,
-    task: RLDatasetBuilder,
+    train_path: str | Path | Callable[[], str | Path] | None = None,
+    task: RLDatasetBuilder | None = None,
+    make_task: Callable[[TrainResult | None], Awaitable[RLDatasetBuilder]] | None = None,
     test_path: str | Path | None = None,
+    init_state: str | None = None,
+    evaluate_base: bool = False,
+    rl_what: str = "",
     **rl_options: Any,
-) -> tuple[TrainResult, TrainResult]:
+) -> WarmStart[T]:
     """A warm start: :func:`sft_stage` ``"sft"`` of the recipe's fresh model
     (:func:`~tempering.recipes._common.fresh_model` of ``session.config``: ``base_model``,
-    ``lora_rank``, ``seed``, ``renderer_name``) on ``train_path``, then :func:`rl_stage` ``"rl"``
-    on ``task`` from its final state (seeded with the config's ``seed``); returns both results.
+    ``lora_rank``, ``seed``, ``renderer_name``) on ``train_path`` (a path, or a callable that
+    writes the data and returns it), unless ``sft`` is ``None``, has no steps, or ``init_state``
+    is given (RL starts from it); then ``evaluate("sft", sampler)`` of the SFT weights (of the
+    base model with ``evaluate_base`` when there was no SFT stage and no ``init_state``),
+    :func:`rl_stage` ``"rl"`` on ``task`` (or ``await make_task(sft_result)``) seeded with the
+    config's ``seed``, and ``evaluate("rl", sampler)`` of its final weights.
 
     Example::
 
-        sft, rl = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"),
-                                    train_path=path, task=task, max_tokens=8)
+        run = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"), evaluate,
+                                train_path=path, task=task, max_tokens=8)
+        run.before, run.after, run.checkpoints()
     """
     from tempering.backend import ModelConfig
     from tempering.recipes._common import fresh_model
 
     config = session.config
-    session.say(f"SFT, {sft.steps} steps of {sft.batch_size} -> {session.run_dir / 'sft'}")
-    first = await sft_stage(
-        session,
-        "sft",
-        sft,
-        model=fresh_model(config),
-        train_path=train_path,
-        test_path=test_path,
-        seed=config.seed,
-    )
-    model = ModelConfig(
-        base_model=config.base_model, init_state=first.final.state_path, renderer_name=config.renderer_name
-    )
-    session.say(f"RL, {rl.steps} steps -> {session.run_dir / 'rl'}")
-    second = await rl_stage(session, "rl", rl, dataset=task, model=model, seed=config.seed, **rl_options)
-    return first, second
+    first = before = None
+    if sft is not None and sft.steps > 0 and init_state is None:
+        path = train_path() if callable(train_path) else train_path
+        assert path is not None, "an SFT stage needs train_path"
+        session.say(f"SFT, {sft.steps} steps of {sft.batch_size} -> {session.run_dir / 'sft'}")
+        model = fresh_model(config)
+        first = await sft_stage(
+            session, "sft", sft, model=model, train_path=path, test_path=test_path, seed=config.seed
+        )
+        init_state = first.final.state_path
+    dataset = task if make_task is None else await make_task(first)
+    assert dataset is not None, "sft_then_rl needs task or make_task"
+    if first is not None:
+        before = await evaluate("sft", await session.sampler(first.final.sampler_path))
+    elif evaluate_base and init_state is None:
+        before = await evaluate(
+            "sft", await session.service.create_sampling_client(base_model=config.base_model)
+        )
+    model = fresh_model(config) if init_state is None else ModelConfig(
+        base_model=config.base_model, init_state=init_state, renderer_name=config.renderer_name
+    )  # fmt: skip
+    session.say(f"RL, {rl.steps} steps{rl_what} -> {session.run_dir / 'rl'}")
+    second = await rl_stage(session, "rl", rl, dataset=dataset, model=model, seed=config.seed, **rl_options)
+    after = await evaluate("rl", await session.sampler(second.final.sampler_path))
+    return WarmStart(first, second, before, after)
 
 
 def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:
@@ -344,36 +334,3 @@ def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:
         if isinstance(value, int | float):
             return float(value)
     raise KeyError(f"no metrics line has {key!r}")
-
-
-async def sft_stage_at(
-    run_dir: Path,
-    *,
-    service: ServiceClient,
-    model: ModelConfig,
-    train_path: str | Path,
-    test_path: str | Path | None = None,
-    stage: SFTStage,
-    seed: int,
-    progress: bool = True,
-    sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
-) -> TrainResult:
-    """:func:`sft_stage` logged to ``run_dir`` itself, for recipes that own their run
-    directory and service without a :class:`RecipeSession` (its parent is the session's dir).
-
-    Example::
-
-        sft = await sft_stage_at(out / "sft", service=service, model=model, train_path=path,
-                                 stage=SFTStage(40, 8, 2e-3), seed=0)
-    """
-    session = RecipeSession(run_dir.name, run_dir.parent, service, None, progress)
-    return await sft_stage(
-        session,
-        run_dir.name,
-        stage,
-        model=model,
-        train_path=train_path,
-        test_path=test_path,
-        seed=seed,
-        sampling_evaluators=sampling_evaluators,
-    )

@@ -32,18 +32,18 @@ Example::
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 
-from tempering.backend import load_tokenizer
 from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.evals.accuracy import wilson_interval
-from tempering.model_info import resolve_renderer_name
-from tempering.recipes._common import RecipeConfig, RecipeResult
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, sft_then_rl
-from tempering.renderers import get_renderer
+from tempering.recipes._common import RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.evaluate import evaluate_against_random
 from tempering.rl.policy import TinkerTokenCompleter
+from tempering_protocols import SamplingClient
 
 __all__ = ["TicTacToeRecipe"]
 
@@ -55,9 +55,10 @@ def _describe(stats: dict[Side, TicTacToeStats]) -> str:
     )
 
 
-@attrs.frozen(kw_only=True)
-class TicTacToeRecipe(RecipeConfig):
+@recipe_flags(sft_steps=600, sft_batch_size=32, rl_steps=30, rl_batch_size=8)
+class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
+    ``rl_batch_size``: self-play groups per RL step (``P``).
 
     The defaults are the measured run of docs/recipes/tic-tac-toe.md; the test runs a tiny
     budget.
@@ -65,15 +66,8 @@ class TicTacToeRecipe(RecipeConfig):
 
     sft_games: int = 2000
     """Random legal games whose positions are the SFT data (about 7.6 positions a game)."""
-    sft_steps: int = 600
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 1e-3
-    rl_steps: int = 30
-    rl_batch_size: int = 8
-    """Self-play groups per RL step (``P``)."""
     games_per_group: int = 4
     """Games per group; both players of each are members (``G = 2 * games_per_group``)."""
-    rl_learning_rate: float = 1e-4
     illegal_reward: float = -1.0
     """Reward of a player who moves illegally (which loses the game)."""
     max_tokens: int = 4
@@ -81,73 +75,52 @@ class TicTacToeRecipe(RecipeConfig):
     eval_games: int = 200
     """Games against the random player per side (X and O), before and after RL."""
 
-    def __attrs_post_init__(self) -> None:
-        where = "TicTacToeRecipe"
-        for name in (
-            "sft_games", "sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size", "games_per_group",
-            "max_tokens", "eval_games",
-        ):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{where}: {name} must be >= 1, got {getattr(self, name)}")
-
-    async def __call__(self) -> RecipeResult:
-        async with recipe_session("tic-tac-toe", self) as s:
-            return await _run(self, s)
-
-
-async def _run(config: TicTacToeRecipe, s: RecipeSession) -> RecipeResult:
-    renderer = get_renderer(
-        resolve_renderer_name(config.base_model, config.renderer_name), load_tokenizer(config.base_model)
+    NAME: ClassVar[str] = "tic-tac-toe"
+    POSITIVE: ClassVar[str] = (
+        "sft_games sft_steps sft_batch_size rl_steps rl_batch_size games_per_group max_tokens eval_games"
     )
 
-    async def evaluate(path: str | None, stage: str) -> dict[Side, TicTacToeStats]:
-        policy = TinkerTokenCompleter(await s.sampler(path), config.max_tokens, 1.0)
-        stats = await evaluate_against_random(
-            policy, renderer, games_per_side=config.eval_games, seed=config.seed + 7919,
-            illegal_reward=config.illegal_reward,
-        )  # fmt: skip
-        s.say(f"after {stage}, against a random player: {_describe(stats)}")
-        return stats
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        renderer = self.renderer()
 
-    # 1. data: positions of random legal games
-    train_path = write_random_games(s.run_dir / "data" / "train.jsonl", config.sft_games, config.seed)
+        async def evaluate(stage: str, sampler: SamplingClient) -> dict[Side, TicTacToeStats]:
+            policy = TinkerTokenCompleter(sampler, self.max_tokens, 1.0)
+            stats = await evaluate_against_random(
+                policy, renderer, games_per_side=self.eval_games, seed=self.seed + 7919,
+                illegal_reward=self.illegal_reward,
+            )  # fmt: skip
+            s.say(f"after {stage.upper()}, against a random player: {_describe(stats)}")
+            return stats
 
-    # 2. SFT warm start, 3. self-play RL from the SFT checkpoint
-    task = SelfPlayTask(
-        base_model=config.base_model,
-        renderer_name=config.renderer_name,
-        batch_size=config.rl_batch_size,
-        games_per_group=config.games_per_group,
-        n_batches=config.rl_steps,
-        illegal_reward=config.illegal_reward,
-    )
-    sft_config = SFTStage.of(config, "sft_", max_warmup_steps=20)
-    sft, rl = await sft_then_rl(
-        s,
-        sft_config,
-        RLStage.of(config, "rl_"),
-        train_path=train_path,
-        task=task,
-        max_tokens=config.max_tokens,
-    )
-    before = await evaluate(sft.final.sampler_path, "SFT")
-    after = await evaluate(rl.final.sampler_path, "RL")
+        # 1. data: positions of random legal games
+        train_path = write_random_games(s.run_dir / "data" / "train.jsonl", self.sft_games, self.seed)
 
-    # 4. outputs
-    figures: dict[str, float] = {}
-    ci95: dict[str, tuple[float, float]] = {}
-    for stage_name, stats in (("sft", before), ("rl", after)):
-        for side in MARKS:
-            st = stats[side]
-            for k in ("win", "draw", "loss", "illegal"):
-                figures[f"{stage_name}_{side}_{k}"] = getattr(st, k)
-                ci95[f"{stage_name}_{side}_{k}"] = wilson_interval(getattr(st, k) * st.games, st.games)
-    extra = {
-        "sft": {side: attrs.asdict(before[side]) for side in MARKS},
-        "rl": {side: attrs.asdict(after[side]) for side in MARKS},
-        "eval_games_per_side": config.eval_games,
-        "sft_positions": len(train_path.read_text(encoding="utf-8").splitlines()),
-        "sft_checkpoint": sft.final.sampler_path,
-        "rl_checkpoint": rl.final.sampler_path,
-    }
-    return s.finish(figures, extra, ci95=ci95)
+        # 2. SFT warm start, 3. self-play RL from the SFT checkpoint, each evaluated
+        task = from_flags(SelfPlayTask, self, "rl_", "", n_batches=self.rl_steps)
+        sft = SFTStage.of(self, "sft_", max_warmup_steps=20)
+        run = await sft_then_rl(
+            s,
+            sft,
+            RLStage.of(self, "rl_"),
+            evaluate,
+            train_path=train_path,
+            task=task,
+            max_tokens=self.max_tokens,
+        )
+
+        # 4. outputs
+        figures: dict[str, float] = {}
+        ci95: dict[str, tuple[float, float]] = {}
+        for stage_name, stats in run.evaluations().items():
+            for side in MARKS:
+                st = stats[side]
+                for k in ("win", "draw", "loss", "illegal"):
+                    figures[f"{stage_name}_{side}_{k}"] = getattr(st, k)
+                    ci95[f"{stage_name}_{side}_{k}"] = wilson_interval(getattr(st, k) * st.games, st.games)
+        extra = {
+            **{k: {side: attrs.asdict(v[side]) for side in MARKS} for k, v in run.evaluations().items()},
+            "eval_games_per_side": self.eval_games,
+            "sft_positions": len(train_path.read_text(encoding="utf-8").splitlines()),
+            **run.checkpoints(),
+        }
+        return s.finish(figures, extra, ci95=ci95)

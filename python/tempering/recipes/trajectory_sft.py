@@ -44,18 +44,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
-from tempering.model_info import resolve_renderer_name
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import DemoConfig
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
-from tempering.renderers import get_renderer
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
     learning_history_examples,
@@ -114,11 +112,15 @@ class TrajectorySFTRecipe(RecipeConfig):
     teacher_group_size: int = _DEMO.group_size
     teacher_learning_rate: float = _DEMO.rl_learning_rate
 
+    NAME: ClassVar[str] = "trajectory-sft"
+
     async def __call__(self) -> RecipeResult:
         if self.log_dir is not None:
             _check_log_split(Path(self.log_dir), self.seed, self.n_test)
-        async with recipe_session("trajectory-sft", self) as s:
-            return await _run(self, s)
+        return await super().__call__()
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        return await _run(self, s)
 
 
 def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
@@ -142,7 +144,7 @@ def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
 
 async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     tokenizer = load_tokenizer(config.base_model)
-    renderer = get_renderer(resolve_renderer_name(config.base_model, config.renderer_name), tokenizer)
+    renderer = config.renderer()
     train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
     figures: dict[str, float] = {}
     ci95: dict[str, tuple[float, float]] = {}
@@ -160,9 +162,7 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     # 1. the teacher's trajectory log
     if config.log_dir is None:
         train_path = write_chat_jsonl(train_problems, s.run_dir / "data" / "train.jsonl")
-        print(
-            f"tempering recipe trajectory-sft: teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}"
-        )
+        s.say(f"teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}")
         # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
         stage = SFTStage.of(_DEMO, "sft_", steps=config.teacher_sft_steps, eval_every=10)
         sft = await sft_stage(
@@ -179,7 +179,7 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         rl = RLStage.of(
             _DEMO, "rl_", steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate
         )
-        print(f"tempering recipe trajectory-sft: teacher RL, {config.teacher_rl_steps} steps, logged")
+        s.say(f"teacher RL, {config.teacher_rl_steps} steps, logged")
         await rl_stage(
             s, "teacher-rl", rl, dataset=task, model=model, max_tokens=8,
             normalize_advantages=_DEMO.normalize_advantages, log_trajectories=True,
@@ -225,9 +225,9 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     train_ds = supervised_dataset(examples, batch_size=config.batch_size, seed=config.seed)
 
     # 4. the student: a fresh model, SFT on the examples
-    print(
-        f"tempering recipe trajectory-sft: student SFT on {len(examples)} examples "
-        f"({config.mode}), {config.steps} steps -> {s.run_dir / 'student'}"
+    s.say(
+        f"student SFT on {len(examples)} examples ({config.mode}), {config.steps} steps "
+        f"-> {s.run_dir / 'student'}"
     )
     stage = SFTStage.of(config, "")
     student = await train_supervised(

@@ -4,7 +4,8 @@ sampler's logprobs are from the trainer's (``mismatch_metrics``), and where a st
 
 Metrics of an RL run (one line per step) include ``env/reward/mean``, ``env/<tag>/reward/mean``,
 ``env/correct``,
-``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``,
+``env/turns``, ``env/end/<reason>``, ``env/stop/length``, ``env/frac_groups_dropped``, the envs'
+own namespaced step metrics (``env/tools/calls``, ``env/judge/unparsed``, ``env/twenty_q/won``, …),
 ``rollout/failed/<Type>``, ``tokens/sampled``, ``tokens/trained``, ``kl/sample_train_v1`` and
 ``_v2`` (sampler vs. trainer logprobs), ``entropy/sampled``, ``optim/lr``, ``optim/grad_norm``,
 ``time/{rollout,sampling,env,data,train,wait}`` (and ``time/log_trajectories`` with
@@ -33,7 +34,10 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     Keys: ``{prefix}/reward/mean`` and ``/std`` (over trajectories), ``{prefix}/<tag>/reward/mean``,
     ``{prefix}/correct`` (mean of the ``correct`` step metric where envs report it),
     ``{prefix}/grader/<count>`` (``grader/timeouts`` etc. summed over the turns of envs that
-    grade with ``MathGrader``), ``{prefix}/turns``, ``{prefix}/end/<reason>``,
+    grade with ``MathGrader``), ``{prefix}/<ns>/<name>`` for every other step metric whose key has
+    a ``/`` (``tools/calls``, ``judge/timeout``, ``twenty_q/won``: summed over an episode's turns,
+    then the mean over the episodes, an episode that does not report it counting 0),
+    ``{prefix}/turns``, ``{prefix}/end/<reason>``,
     ``{prefix}/stop/length`` (fraction of turns that hit ``max_tokens``),
     ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and ``tokens/sampled``.
     """
@@ -44,6 +48,7 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     ends: Counter[str] = Counter()
     failures: Counter[str] = Counter()
     graded: defaultdict[str, float] = defaultdict(float)
+    per_episode: defaultdict[str, float] = defaultdict(float)
     n_turns = n_length = n_tokens = 0
     n_failed_groups = 0
     for r in rollouts:
@@ -64,8 +69,11 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
                 n_length += t.ac.stop_reason == "length"
                 if "correct" in t.metrics:
                     correct.append(float(t.metrics["correct"]))
-                for key in (k for k in t.metrics if k.startswith("grader/")):  # counts: summed
-                    graded[key] += float(t.metrics[key])
+                for key, value in t.metrics.items():
+                    if key.startswith("grader/"):  # counts: summed
+                        graded[key] += float(value)
+                    elif "/" in key:  # the env's own: summed per episode, averaged below
+                        per_episode[key] += float(value)
     out: dict[str, float] = {
         f"{prefix}/reward/mean": float(np.mean(rewards)) if rewards else math.nan,
         f"{prefix}/reward/std": float(np.std(rewards)) if rewards else math.nan,
@@ -84,6 +92,8 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     for key, count in failures.items():
         out[key if prefix == "env" else f"{prefix}/{key}"] = float(count)
     out |= {f"{prefix}/{key}": total for key, total in graded.items()}
+    for key, total in per_episode.items():
+        out.setdefault(f"{prefix}/{key}", total / len(turns))
     return out
 
 

@@ -1,0 +1,112 @@
+"""What the agent tasks (tool use, rubric, twenty questions) share: a fixed-list RL dataset,
+chat rows written for SFT, and a sampled message completer of a checkpoint or a base model (a
+judge, an answerer).
+
+Example::
+
+    ds = FixedGroups(builders, batch_size=4, n_batches=30, seed=0)
+    write_chats(Path("data/train.jsonl"), conversations)
+    judge = await sampled_completer(service, "tempering/tiny", path=judge_path, max_tokens=16)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from tempering.backend import ServiceClient, load_renderer, service_client
+from tempering.envs.completer import SamplingMessageCompleter
+from tempering_protocols import EnvGroupBuilder, Message, Renderer, RLDataset
+
+__all__ = ["AgentTask", "FixedGroups", "sampled_completer", "write_chats"]
+
+
+class FixedGroups:
+    """An ``RLDataset`` over a fixed list of builders: ``n_batches`` batches of ``batch_size``,
+    drawn in a seeded order (a fresh permutation each pass over the list)."""
+
+    def __init__(
+        self, builders: Sequence[EnvGroupBuilder], *, batch_size: int, n_batches: int, seed: int
+    ) -> None:
+        if not builders:
+            raise ValueError("FixedGroups: no builders")
+        self.builders = list(builders)
+        self.batch_size = batch_size
+        self.n_batches = n_batches
+        n = len(self.builders)
+        passes = -(-(batch_size * n_batches) // n)
+        self._order = np.concatenate([np.random.default_rng([seed, p]).permutation(n) for p in range(passes)])
+
+    @classmethod
+    def one_batch(cls, builders: Sequence[EnvGroupBuilder], seed: int) -> FixedGroups:
+        """Every builder in one batch (a test set)."""
+        return cls(builders, batch_size=len(builders), n_batches=1, seed=seed)
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        picks = self._order[index * self.batch_size : (index + 1) * self.batch_size]
+        return [self.builders[int(i)] for i in picks]
+
+
+def write_chats(path: Path, conversations: Sequence[Sequence[Message]]) -> Path:
+    """Write ``{"messages": [...]}`` rows (chat JSONL) to ``path``; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = (json.dumps({"messages": list(messages)}) + "\n" for messages in conversations)
+    path.write_text("".join(rows), encoding="utf-8")
+    return path
+
+
+async def sampled_completer(
+    service: ServiceClient | None,
+    base_model: str,
+    *,
+    path: str | None = None,
+    renderer_name: str | None = None,
+    max_tokens: int,
+) -> SamplingMessageCompleter:
+    """A :class:`~tempering.envs.completer.SamplingMessageCompleter` at temperature 1 of the
+    sampler weights at ``path`` (a checkpoint of ``base_model``), else of ``base_model``'s own
+    weights, served by ``service`` (default :func:`tempering.backend.service_client`)."""
+    service = service or service_client()
+    if path is not None:
+        sampler = await service.create_sampling_client(model_path=path)
+    else:
+        sampler = await service.create_sampling_client(base_model=base_model)
+    renderer = load_renderer(base_model, renderer_name)
+    return SamplingMessageCompleter(sampler, renderer, max_tokens=max_tokens, temperature=1.0)
+
+
+@attrs.frozen(kw_only=True)
+class AgentTask:
+    """The fields an agent task (an ``RLDatasetBuilder``) shares: the policy's model and chat
+    format, ``n_batches`` training batches of ``batch_size`` groups of ``group_size``, a test set
+    of ``eval_samples`` episodes per item (only with ``test``; a recipe that evaluates by itself
+    passes ``False``), and the ``service`` that serves a judge or an answerer."""
+
+    base_model: str = "tempering/tiny"
+    renderer_name: str | None = None
+    batch_size: int = 8
+    group_size: int = 8
+    eval_samples: int = 2
+    n_batches: int = 10
+    seed: int = 0
+    test: bool = True
+    service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
+
+    def renderer(self) -> Renderer:
+        """The policy's renderer."""
+        return load_renderer(self.base_model, self.renderer_name)
+
+    def datasets(
+        self, train: Sequence[EnvGroupBuilder], test: Sequence[EnvGroupBuilder]
+    ) -> tuple[RLDataset, RLDataset | None]:
+        """``train`` as :class:`FixedGroups` of this task's shape; ``test`` in one batch (``None``
+        without ``test`` or when empty)."""
+        train_ds = FixedGroups(train, batch_size=self.batch_size, n_batches=self.n_batches, seed=self.seed)
+        return train_ds, FixedGroups.one_batch(test, self.seed) if self.test and test else None
