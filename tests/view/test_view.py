@@ -8,6 +8,7 @@ import json
 import math
 import re
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,20 @@ def test_port_in_use_is_a_named_error(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_write_static_api(tmp_path: Path) -> None:
     out = write_static([_sft_run(tmp_path / "sft")], tmp_path / "a" / "b.html")
     assert out.is_file()
+
+
+def test_demo_without_view_extra_says_which_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without plotly (the ``view`` extra) the demo stops before training, in one line naming the
+    extra, and writes nothing."""
+    from tempering.recipes import demo
+
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails
+    out = tmp_path / "run"
+    assert demo.main(demo.DemoConfig(out=str(out))) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tempering demo:")
+    assert "tempering[view]" in err
+    assert err.count("\n") == 1
+    assert not out.exists()

@@ -62,8 +62,6 @@ from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
 from tempering.training import RunDir
 from tempering.training.schedule import ScheduleKind
-from tempering.view import write_eval_rollouts, write_static
-from tempering.view.page import plotly_js
 
 __all__ = ["DemoConfig", "DemoSummary", "main"]
 
@@ -239,7 +237,7 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
 
     if config.eval_seeds < 1:
         raise ValueError(f"DemoConfig.eval_seeds is {config.eval_seeds}; it must be at least 1")
-    plotly_js()  # the page needs plotly (the ``view`` extra): say so before training, not after
+    _check_view_extra()  # the page needs the ``view`` extra: say so before training, not after
     threads = config.num_threads
     if threads is None:
         threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 1)
@@ -248,7 +246,25 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
         return await _run(config, s, threads)
 
 
+def _check_view_extra() -> None:
+    """Raise ``ImportError`` naming the ``view`` extra when the page cannot be written."""
+    try:
+        import importlib
+
+        importlib.import_module("tempering.view")  # starlette
+        from tempering.view.page import plotly_js
+
+        plotly_js()
+    except ImportError as exc:
+        raise ImportError(
+            f"the demo writes its page with tempering view, which needs the `view` extra ({exc}): "
+            "pip install 'tempering[view]'"
+        ) from exc
+
+
 async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummary:
+    from tempering.view import write_eval_rollouts, write_static
+
     out = s.run_dir
     # 1. data
     train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
@@ -356,7 +372,7 @@ def main(config: DemoConfig) -> int:
     import sys
 
     try:
-        plotly_js()
+        _check_view_extra()
     except ImportError as exc:
         print(f"tempering demo: {exc}", file=sys.stderr)
         return 1
