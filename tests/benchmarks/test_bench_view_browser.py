@@ -118,6 +118,8 @@ def _served(root: Path) -> Generator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 _MARKS = (
