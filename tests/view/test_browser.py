@@ -221,3 +221,29 @@ def test_demo_page_shows_both_stages(demo_dir: Path) -> None:
     assert len(shown) == min(20, len(logged)) > 0
     for r in shown:
         assert html.escape(r["turns"][0]["observation"], quote=False) in body
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    not os.environ.get("TEMPERING_VIEW_DEMO_DIR"),
+    reason="set TEMPERING_VIEW_DEMO_DIR to a full `tempering demo` run directory",
+)
+def test_full_demo_page() -> None:
+    """The ``view.html`` of a demo run at any budget (``make demo``'s defaults included): each
+    stage's step count, one held-out accuracy marker per evaluation logged in ``metrics.jsonl``,
+    and the last evaluation's kept answers in the rollout table."""
+    demo_dir = Path(os.environ["TEMPERING_VIEW_DEMO_DIR"])
+    name = demo_dir.name
+    lines = [json.loads(x) for x in (demo_dir / "metrics.jsonl").read_text().splitlines()]
+    n_sft = sum(line["stage"] == "sft" for line in lines)
+    n_rl = len(lines) - n_sft
+    last = max(
+        int(p.stem.removeprefix("step-")) for p in (demo_dir / "trajectories" / "eval").glob("step-*.jsonl")
+    )
+    dom = _chromium("--dump-dom", f"{(demo_dir / 'view.html').as_uri()}#run={name}&step={last}").stdout
+    for run, steps in ((name, n_sft + n_rl), (f"{name}/sft", n_sft), (f"{name}/rl", n_rl)):
+        assert f"{run}: {steps} steps" in dom
+    assert sum("test/accuracy" in line for line in lines) in _trace_points(_chart(dom, "test/accuracy"))
+    episodes = _eval_episodes(demo_dir, last)
+    assert episodes
+    _shows_episodes(_rollouts(dom), episodes[:20])
