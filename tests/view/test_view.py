@@ -209,16 +209,23 @@ def test_write_static_api(tmp_path: Path) -> None:
     assert out.is_file()
 
 
+@pytest.mark.timeout(120)
 def test_demo_without_view_extra_says_which_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without plotly (the ``view`` extra) the demo stops before training, in one line naming the
     extra, and writes nothing."""
     from tempering.recipes import demo
+    from tempering.view import page
 
+    page.plotly_js.cache_clear()  # an earlier test may have loaded plotly.js
     monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails
     out = tmp_path / "run"
-    assert demo.main(demo.DemoConfig(out=str(out))) == 1
+    tiny = demo.DemoConfig(out=str(out), sft_steps=2, rl_steps=1, n_test=8, eval_seeds=1, progress=False)
+    try:
+        assert demo.main(tiny) == 1
+    finally:
+        page.plotly_js.cache_clear()
     err = capsys.readouterr().err
     assert err.startswith("tempering demo:")
     assert "tempering[view]" in err
