@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tempering.envs.arithmetic import all_problems, split_problems, write_chat_jsonl
 
 _TINY = [
@@ -52,22 +54,33 @@ def test_demo_tiny_budget(tmp_path: Path) -> None:
         assert 0.0 <= summary[key] <= 1.0
     assert summary["wall_seconds"] > 0
 
-    png = (out / "curves.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(png) > 1000
-    report = (out / "report.html").read_text()
-    assert report.startswith("<!DOCTYPE html>")
-    assert 'class="tok"' in report
-    assert "advantage" in report
-    assert "SFT, step 40" in report
-    assert "RL, step 42" in report  # the periodic RL checkpoints are evaluated too
-    assert "RL, step 44" in report
+    assert not (out / "curves.png").exists()
+    assert not (out / "report.html").exists()
+    # The spread over evaluation seeds (3 by default): the first is the curves' own evaluation.
+    spread = summary["spread"]["rl_accuracy"]
+    assert spread["seeds"] == [0, 1, 2]
+    assert spread["values"][0] == summary["rl_accuracy"]
+    assert spread["mean"] == pytest.approx(sum(spread["values"]) / 3)
+    assert "over 3 eval seeds" in proc.stdout
+    # The page: the tempering view of the whole directory, written once (static).
+    page = (out / "view.html").read_text()
+    assert page.startswith("<!doctype html>")
+    assert "const DATA = {" in page
+    # Every evaluation's kept answers, by global step (SFT at 0, 20, 40; RL's checkpoints at 42, 44).
+    evals = sorted(p.name for p in (out / "trajectories" / "eval").glob("step-*.jsonl"))
+    assert evals == [f"step-{s:06d}.jsonl" for s in (0, 20, 40, 42, 44)]
+    first = json.loads((out / "trajectories" / "eval" / "step-000044.jsonl").read_text().splitlines()[0])
+    assert first["tags"] == ["rl", "eval"]
+    assert first["turns"][0]["observation"].endswith("=")
 
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     sft = [x for x in lines if x["stage"] == "sft"]
     rl = [x for x in lines if x["stage"] == "rl"]
     assert [x["step"] for x in sft] == list(range(40))
     assert [x["global_step"] for x in rl] == [41, 42, 43, 44]
+    # The RL checkpoints' held-out accuracies are merged into the RL lines of their steps.
+    assert [x["global_step"] for x in rl if "test/accuracy" in x] == [42, 44]
+    assert rl[-1]["test/accuracy"] == summary["rl_accuracy"]
     # The directions that hold at this budget (fixed seeds): SFT learns the format...
     assert sft[-1]["test/nll"] < 0.6 * sft[0]["initial/test/nll"]
     assert sum(x["loss"] for x in sft[-5:]) < 0.6 * sum(x["loss"] for x in sft[:5])

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,27 @@ def test_port_in_use_is_a_named_error(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_write_static_api(tmp_path: Path) -> None:
     out = write_static([_sft_run(tmp_path / "sft")], tmp_path / "a" / "b.html")
     assert out.is_file()
+
+
+@pytest.mark.timeout(120)
+def test_demo_without_view_extra_says_which_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without plotly (the ``view`` extra) the demo stops before training, in one line naming the
+    extra, and writes nothing."""
+    from tempering.recipes import demo
+    from tempering.view import page
+
+    page.plotly_js.cache_clear()  # an earlier test may have loaded plotly.js
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails
+    out = tmp_path / "run"
+    tiny = demo.DemoConfig(out=str(out), sft_steps=2, rl_steps=1, n_test=8, eval_seeds=1, progress=False)
+    try:
+        assert demo.main(tiny) == 1
+    finally:
+        page.plotly_js.cache_clear()
+    err = capsys.readouterr().err
+    assert err.startswith("tempering demo:")
+    assert "tempering[view]" in err
+    assert err.count("\n") == 1
+    assert not out.exists()

@@ -15,15 +15,22 @@ The pipeline is made of the library's own pieces; nothing here is a training loo
    ``group_size`` samples, advantages normalised per group, learning rate decayed linearly; run
    directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories``.
 4. The RL weights of every periodic checkpoint (``--rl-eval-every``) and the final ones are
-   evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both
-   stages, with ``stage`` and ``global_step``), ``curves.png``, ``report.html`` and
-   ``summary.json`` (``sft_accuracy``, ``rl_accuracy``, ``wall_seconds``, …).
+   evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both stages, with ``stage``
+   and ``global_step``, the RL checkpoints' held-out accuracies merged into the RL lines),
+   ``trajectories/eval/step-NNNNNN.jsonl`` (each evaluation's sampled answers to the first
+   ``n_report`` held-out problems, by global step), ``summary.json`` (``sft_accuracy``,
+   ``rl_accuracy``, ``wall_seconds``, …) and ``view.html``: the ``tempering view`` page of the
+   whole directory (both stages' curves, the evaluations' answers, the RL rollouts), written
+   once as a static file (docs/view.md).
+5. The spread: the final SFT and RL weights are evaluated again with ``eval_seeds - 1`` more
+   evaluation seeds; ``summary.json``'s ``spread`` holds each accuracy's values, mean and
+   standard deviation over the ``eval_seeds`` evaluations.
 
 Held-out accuracy is the mean exact-match of ``eval_samples`` answers per held-out problem
 sampled at temperature 1 (the policy as RL samples it); greedy accuracy is recorded beside it.
 Every problem draws from its own seed (:class:`~tempering.evals.accuracy.AccuracyEvaluator`),
-and each accuracy comes with its 95% Wilson interval (``ci95`` in ``summary.json``, the summary
-line and the report).
+and each accuracy comes with its 95% Wilson interval (``ci95`` in ``summary.json`` and the
+summary line) and its spread over evaluation seeds (``spread``; mean ± sd in the summary line).
 
 The RL stage alone, from the SFT checkpoint, is ``tempering rl dataset:arithmetic-demo`` (see
 docs/quickstart.md).
@@ -49,8 +56,7 @@ import attrs
 
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
-from tempering.evals.accuracy import AccuracyEvaluator
-from tempering.evals.accuracy_report import plot_curves, write_html_report
+from tempering.evals.accuracy import AccuracyEvaluator, EvalRecord
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
@@ -77,6 +83,11 @@ class DemoConfig:
     """Held-out problems (never trained on)."""
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy."""
+    eval_seeds: int = 3
+    """Evaluation seeds of the final SFT and RL weights (``seed``, ``seed + 1``, …): the spread
+    of their accuracies (``spread`` in ``summary.json``)."""
+    n_report: int = 5
+    """Held-out problems whose sampled answers each evaluation keeps for the page."""
     sft_steps: int = 600
     sft_batch_size: int = 64
     sft_learning_rate: float = 2e-3
@@ -122,6 +133,8 @@ class DemoSummary:
     rl_greedy_accuracy: float
     wall_seconds: float
     ci95: Mapping[str, tuple[float, float]] = attrs.field(factory=dict[str, tuple[float, float]])
+    spread: Mapping[str, Spread] = attrs.field(factory=dict[str, "Spread"])
+    """Figure name → its values over the evaluation seeds, their mean and sd."""
 
     def line(self) -> str:
         """The final summary line."""
@@ -129,13 +142,41 @@ class DemoSummary:
         def acc(name: str) -> str:
             value: float = getattr(self, name)
             low, high = self.ci95.get(name, (float("nan"), float("nan")))
-            return f"{value:.1%} [95% CI {low:.1%}-{high:.1%}]"
+            text = f"{value:.1%} [95% CI {low:.1%}-{high:.1%}"
+            sp = self.spread.get(name)
+            if sp is not None and len(sp.values) > 1:
+                text += f"; {sp.mean:.1%} ± {sp.sd:.1%} over {len(sp.values)} eval seeds"
+            return text + "]"
 
         return (
             f"held-out accuracy after SFT {acc('sft_accuracy')}, after RL {acc('rl_accuracy')} "
             f"(sampled at T=1; greedy {acc('sft_greedy_accuracy')} -> {acc('rl_greedy_accuracy')}) "
             f"in {self.wall_seconds:.0f} s"
         )
+
+
+@attrs.frozen
+class Spread:
+    """One accuracy over several evaluation seeds: the values, their mean and their sample
+    standard deviation (0 for one value)."""
+
+    seeds: tuple[int, ...]
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def sd(self) -> float:
+        n = len(self.values)
+        if n < 2:
+            return 0.0
+        m = self.mean
+        return (sum((v - m) ** 2 for v in self.values) / (n - 1)) ** 0.5
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seeds": list(self.seeds), "values": list(self.values), "mean": self.mean, "sd": self.sd}
 
 
 def _combine(stage: str, offset: int, lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -148,10 +189,55 @@ def _evaluated_steps(lines: Sequence[Mapping[str, Any]]) -> list[int]:
     return [0, *(int(line["step"]) + 1 for line in lines if "test/accuracy" in line)]
 
 
+def _accuracy_metrics(record: EvalRecord) -> dict[str, float]:
+    """An evaluation's accuracies with their intervals, named as the SFT loop logs them."""
+    out: dict[str, float] = {}
+    for name, value, (low, high) in (
+        ("test/accuracy", record.accuracy, record.accuracy_ci95),
+        ("test/accuracy_greedy", record.greedy_accuracy, record.greedy_accuracy_ci95),
+    ):
+        out |= {name: value, f"{name}/ci95_low": low, f"{name}/ci95_high": high}
+    return out
+
+
+def _episodes(record: EvalRecord) -> list[dict[str, Any]]:
+    """An evaluation's kept answers as the viewer's episodes: one group per held-out problem,
+    tagged with the stage (``sft``/``rl``) and ``eval``; the note gives the expected answer."""
+    return [
+        {
+            "episode_id": f"{record.stage}-s{record.step}-p{p}-g{g}",
+            "group": p,
+            "member": g,
+            "tags": [record.stage, "eval"],
+            "note": f"expected {problem.answer}",
+            "total_reward": a.reward,
+            "advantage": a.advantage,
+            "trained": False,
+            "end_reason": "done",
+            "turns": [
+                {
+                    "turn": 0,
+                    "reward": a.reward,
+                    "observation": problem.question,
+                    "action": a.text,
+                    "ac_tokens": list(a.tokens),
+                    "ac_logprobs": list(a.logprobs) or None,
+                    "ac_pieces": list(a.pieces),
+                }
+            ],
+        }
+        for p, (problem, answers) in enumerate(record.problems)
+        for g, a in enumerate(answers)
+    ]
+
+
 async def run_demo(config: DemoConfig) -> DemoSummary:
     """Run the whole demo; see the module docstring."""
     from tempering.local import ServiceClient
 
+    if config.eval_seeds < 1:
+        raise ValueError(f"DemoConfig.eval_seeds is {config.eval_seeds}; it must be at least 1")
+    _check_view_extra()  # the page needs the ``view`` extra: say so before training, not after
     threads = config.num_threads
     if threads is None:
         threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 1)
@@ -160,7 +246,25 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
         return await _run(config, s, threads)
 
 
+def _check_view_extra() -> None:
+    """Raise ``ImportError`` naming the ``view`` extra when the page cannot be written."""
+    try:
+        import importlib
+
+        importlib.import_module("tempering.view")  # starlette
+        from tempering.view.page import plotly_js
+
+        plotly_js()
+    except ImportError as exc:
+        raise ImportError(
+            f"the demo writes its page with tempering view, which needs the `view` extra ({exc}): "
+            "pip install 'tempering[view]'"
+        ) from exc
+
+
 async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummary:
+    from tempering.view import write_eval_rollouts, write_static
+
     out = s.run_dir
     # 1. data
     train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
@@ -169,10 +273,11 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
     tokenizer = load_tokenizer(_BASE_MODEL)
     renderer = get_renderer("chatml", tokenizer)
 
-    def evaluator(stage: str) -> AccuracyEvaluator:
+    def evaluator(stage: str, seed: int = config.seed) -> AccuracyEvaluator:
         return AccuracyEvaluator(
-            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=config.seed
-        )
+            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=seed,
+            n_report=config.n_report,
+        )  # fmt: skip
 
     # 2. SFT (full fine-tuning from the randomly initialised tiny model)
     sft_eval = evaluator("sft")
@@ -189,7 +294,7 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
 
     # 3. RL from the SFT checkpoint. Periodic checkpoints with sampler weights every
     # ``rl_eval_every`` steps: the demo evaluates them after the run with the SFT stage's
-    # evaluator (same problems, same seeds, rollouts kept for the report); the loop's own
+    # evaluator (same problems, same seeds, answers kept for the page); the loop's own
     # held-out pass runs once, at the end.
     task = ArithmeticProblems(
         base_model=_BASE_MODEL, seed=config.seed, n_test=config.n_test, batch_size=config.rl_batch_size,
@@ -207,40 +312,72 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
 
     # 4. held-out evaluation of the RL weights: every periodic checkpoint, then the final ones
     rl_eval = evaluator("rl")
-    rl_steps_evaluated: list[int] = []
+    rl_samplers: dict[int, str] = {}
     for record in RunDir(out / "rl").checkpoints():
-        if record.sampler_path is None or record.step in rl_steps_evaluated:
+        if record.sampler_path is None or record.step in rl_samplers:
             continue
         await rl_eval(await s.sampler(record.sampler_path))
-        rl_steps_evaluated.append(record.step)
+        rl_samplers[record.step] = record.sampler_path
     rl_records = [
         attrs.evolve(r, step=config.sft_steps + st)
-        for r, st in zip(rl_eval.records, rl_steps_evaluated, strict=True)
+        for r, st in zip(rl_eval.records, rl_samplers, strict=True)
     ]
+    sft_final, rl_final = sft_records[-1], rl_records[-1]
 
-    # 5. metrics.jsonl, curves.png, report.html and summary.json
+    # 5. the spread: the final weights evaluated again with more evaluation seeds
+    seeds = tuple(config.seed + k for k in range(config.eval_seeds))
+    spread: dict[str, Spread] = {}
+    for stage, first, path in (
+        ("sft", sft_final, sft.final.sampler_path),
+        ("rl", rl_final, rl_samplers[max(rl_samplers)]),
+    ):
+        records = [first]
+        for seed in seeds[1:]:
+            again = evaluator(stage, seed)
+            await again(await s.sampler(path))
+            records.append(again.records[-1])
+        spread[f"{stage}_accuracy"] = Spread(seeds, tuple(r.accuracy for r in records))
+        spread[f"{stage}_greedy_accuracy"] = Spread(seeds, tuple(r.greedy_accuracy for r in records))
+
+    # 6. metrics.jsonl (the RL checkpoints' accuracies merged into the RL lines), the
+    # evaluations' answers, summary.json, and the page
     lines = _combine("sft", 0, sft.metrics) + _combine("rl", config.sft_steps, list(rl.metrics))
+    rl_lines = {line["global_step"]: line for line in lines if line["stage"] == "rl"}
+    for r in rl_records:
+        if r.step in rl_lines:
+            rl_lines[r.step].update(_accuracy_metrics(r))
     with (out / "metrics.jsonl").open("w", encoding="utf-8") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
-    sft_final, rl_final = sft_records[-1], rl_records[-1]
-    points = [("sft", r.step, r.accuracy, r.greedy_accuracy) for r in sft_records]
-    points += [("rl", config.sft_steps, sft_final.accuracy, sft_final.greedy_accuracy)]
-    points += [("rl", r.step, r.accuracy, r.greedy_accuracy) for r in rl_records]
-    plot_curves(lines, out / "curves.png", sft_steps=config.sft_steps, accuracy_points=points)
+    for r in [*sft_records, *rl_records]:
+        write_eval_rollouts(out, r.step, _episodes(r))
     figures = sft_final.figures("sft") | rl_final.figures("rl")
     ci95 = sft_final.intervals("sft") | rl_final.intervals("rl")
-    extra = {"n_test": config.n_test, "eval_samples": config.eval_samples, "torch_threads": threads}
+    extra = {
+        "n_test": config.n_test,
+        "eval_samples": config.eval_samples,
+        "torch_threads": threads,
+        "spread": {k: v.to_json() for k, v in spread.items()},
+    }
     result = s.finish(figures, extra, ci95=ci95)
-    write_html_report([*sft_records, *rl_records], out / "report.html", summary=result.figures, ci95=ci95)
-    return DemoSummary(run_dir=out, **figures, wall_seconds=result.figures["wall_seconds"], ci95=ci95)
+    write_static([out], out / "view.html", per_step=max(20, config.n_report * config.eval_samples))
+    return DemoSummary(
+        run_dir=out, **figures, wall_seconds=result.figures["wall_seconds"], ci95=ci95, spread=spread
+    )
 
 
 def main(config: DemoConfig) -> int:
     """Run the demo, print the summary line and the run directory; the CLI's entry point."""
     import asyncio
+    import sys
 
+    try:
+        _check_view_extra()
+    except ImportError as exc:
+        print(f"tempering demo: {exc}", file=sys.stderr)
+        return 1
     summary = asyncio.run(run_demo(config))
     print(summary.line())
     print(f"run directory: {summary.run_dir}")
+    print(f"page: {summary.run_dir / 'view.html'} (or: tempering view {summary.run_dir})")
     return 0

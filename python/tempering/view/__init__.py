@@ -10,7 +10,7 @@ Example::
 """
 
 from tempering.view.app import PortInUseError, build_app, check_port, serve, static_data, write_static
-from tempering.view.data import NotARunError, Run, downsample, find_runs
+from tempering.view.data import NotARunError, Run, downsample, find_runs, write_eval_rollouts
 
 __all__ = [
     "NotARunError",
@@ -22,5 +22,6 @@ __all__ = [
     "find_runs",
     "serve",
     "static_data",
+    "write_eval_rollouts",
     "write_static",
 ]

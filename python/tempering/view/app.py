@@ -111,12 +111,14 @@ def static_data(runs: Sequence[Run], per_step: int = 20) -> dict[str, Any]:
     return out
 
 
-def write_static(paths: Sequence[str | Path], out: str | Path) -> Path:
-    """Write the page of the runs at ``paths`` once, as one self-contained HTML file."""
+def write_static(paths: Sequence[str | Path], out: str | Path, *, per_step: int = 20) -> Path:
+    """Write the page of the runs at ``paths`` once, as one self-contained HTML file, with the
+    first ``per_step`` best episodes of each logged step."""
     runs = find_runs(paths)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page_html(json.dumps(static_data(runs), allow_nan=False)), encoding="utf-8")
+    data = static_data(runs, per_step=per_step)
+    target.write_text(page_html(json.dumps(data, allow_nan=False)), encoding="utf-8")
     return target
 
 

@@ -4,6 +4,11 @@ Only files are read (never a lock, never a write): a run in progress is read as 
 last metrics line is ignored, a Parquet part that cannot be read (mid-write, corrupt) is skipped
 with a note, and a run that resumed after a crash (metrics cut back and written again) is read
 as one line per step, the last written winning.
+
+Rollouts come from the RL trajectory log (``trajectories/rl/step-NNNNNN.parquet`` with its
+decoded text in ``trajectories/text/``) and from evaluation rollouts
+(``trajectories/eval/step-NNNNNN.jsonl``, one episode per line, written by
+:func:`write_eval_rollouts`: e.g. ``tempering demo``'s held-out answers at each evaluation).
 """
 
 # pyarrow ships no type information: its tables and arrays are Unknown to the checker.
@@ -31,17 +36,20 @@ __all__ = [
     "NotARunError",
     "Run",
     "downsample",
+    "eval_rollouts_path",
     "find_runs",
     "metric_series",
     "rollout_page",
     "rollout_steps",
     "run_summary",
+    "write_eval_rollouts",
 ]
 
 MAX_POINTS = 2000
 """The most points a curve is sent with (min/max buckets keep its spikes)."""
 
 _STEP_PART = re.compile(r"^step-(\d+)\.parquet$")
+_EVAL_PART = re.compile(r"^step-(\d+)\.jsonl$")
 
 
 class NotARunError(ValueError):
@@ -115,6 +123,8 @@ _SERIES_CACHE: dict[tuple[Path, int], tuple[tuple[int, int], dict[str, Any]]] = 
 def metric_series(run: Run, max_points: int = MAX_POINTS) -> dict[str, Any]:
     """Every numeric metric of the run, one line per step (the last written), downsampled:
     ``{"groups": {prefix: {metric: {"x": steps, "y": values}}}, "steps": n, "last_step": s}``.
+    A line's step is its ``global_step`` when it has one (a recipe's combined metrics, whose
+    stages each count ``step`` from 0), else its ``step``.
     Read again only when ``metrics.jsonl`` changed (its size or modification time)."""
     path = RunDir(run.path).metrics_path
     try:
@@ -134,11 +144,13 @@ def metric_series(run: Run, max_points: int = MAX_POINTS) -> dict[str, Any]:
 def _read_series(run: Run, max_points: int) -> dict[str, Any]:
     by_step: dict[int, dict[str, Any]] = {}
     for line in RunDir(run.path).read_metrics():
-        step = line.get("step")
-        if isinstance(step, int):
+        step = line.get("global_step", line.get("step"))
+        if isinstance(step, int) and not isinstance(step, bool):
             by_step[step] = line  # a resumed run writes a step again: the last one holds
     steps = sorted(by_step)
-    names = sorted({k for line in by_step.values() for k, v in line.items() if k != "step" and _number(v)})
+    names = sorted(
+        {k for line in by_step.values() for k, v in line.items() if k not in _STEP_KEYS and _number(v)}
+    )
     groups: dict[str, dict[str, dict[str, list[float | None]]]] = {}
     for name in names:
         xs = [float(s) for s in steps if _number(by_step[s].get(name))]
@@ -151,6 +163,9 @@ def _read_series(run: Run, max_points: int) -> dict[str, Any]:
     return {"groups": groups, "steps": len(steps), "last_step": steps[-1] if steps else None}
 
 
+_STEP_KEYS = frozenset({"step", "global_step"})
+
+
 def _number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -159,12 +174,41 @@ def _rl_dir(run: Run) -> Path:
     return run.path / "trajectories" / "rl"
 
 
-def rollout_steps(run: Run) -> list[int]:
-    """The steps whose trajectory-log part exists (hidden temporary files skipped)."""
-    d = _rl_dir(run)
+def eval_rollouts_path(run_dir: str | Path, step: int) -> Path:
+    """Where the evaluation rollouts of ``step`` go: ``<run_dir>/trajectories/eval/step-NNNNNN.jsonl``."""
+    return Path(run_dir) / "trajectories" / "eval" / f"step-{step:06d}.jsonl"
+
+
+def write_eval_rollouts(run_dir: str | Path, step: int, episodes: Sequence[dict[str, Any]]) -> Path:
+    """Write evaluation rollouts for the viewer: one JSON object per episode, in the shape of
+    :func:`rollout_page`'s episodes (``episode_id``, ``group``, ``member``, ``tags``,
+    ``total_reward``, ``advantage``, ``end_reason``, and ``turns``, each with ``turn``,
+    ``reward``, ``observation``, ``action``, ``ac_tokens``, ``ac_logprobs``, ``ac_pieces``).
+    Written whole to a hidden file, then renamed: a reader never sees a part of it.
+
+    Example::
+
+        write_eval_rollouts("runs/demo", 600, [{"episode_id": "e0", "turns": [...], ...}])
+    """
+    path = eval_rollouts_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name)
+    tmp.write_text("".join(json.dumps(e) + "\n" for e in episodes), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _steps_in(d: Path, pattern: re.Pattern[str]) -> set[int]:
     if not d.is_dir():
-        return []
-    return sorted(int(m.group(1)) for f in d.iterdir() if (m := _STEP_PART.match(f.name)))
+        return set()
+    return {int(m.group(1)) for f in d.iterdir() if (m := pattern.match(f.name))}
+
+
+def rollout_steps(run: Run) -> list[int]:
+    """The steps with a trajectory-log part or evaluation rollouts (hidden temporary files
+    skipped)."""
+    rl = _steps_in(_rl_dir(run), _STEP_PART)
+    return sorted(rl | _steps_in(eval_rollouts_path(run.path, 0).parent, _EVAL_PART))
 
 
 def _text_records(run: Run, step: int) -> dict[str, dict[str, Any]]:
@@ -203,34 +247,16 @@ def _run_tokenizer(run: Run) -> Any:
     return _tokenizer(base) if isinstance(base, str) else None
 
 
-def rollout_page(
-    run: Run,
-    step: int,
-    offset: int = 0,
-    limit: int = 20,
-    sort: str = "best",
-    *,
-    tag: str = "",
-    end_reason: str = "",
-) -> dict[str, Any]:
-    """One page of step ``step``'s episodes: reward, advantage, tags, per turn the decoded
-    observation and action (when the run logged text) and the action's tokens and logprobs
-    (and each token's text, ``ac_pieces``, when the run's tokenizer is available offline).
-
-    ``sort``: ``best`` (highest total reward first), ``worst`` or ``order`` (group, member).
-    ``tag`` / ``end_reason``: only the episodes with that logging tag / end reason (``""``: all);
-    the answer lists the step's ``tags`` and ``end_reasons`` to choose from.
-    A part that cannot be read gives no episodes and a ``note`` naming the file."""
+def _rl_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]]:
+    """Step ``step``'s episodes from the RL trajectory log (none when it has no part)."""
     part = _rl_dir(run) / f"step-{step:06d}.parquet"
-    empty: dict[str, Any] = {"step": step, "total": 0, "episodes": [], "notes": []}
     if not part.is_file():
-        return empty | {"notes": [f"{part}: no trajectory log part for step {step}"]}
+        return []
     try:
         table = pq.read_table(part)
     except (pa.ArrowException, OSError) as exc:
-        return empty | {
-            "notes": [f"{part}: skipped, not a readable Parquet file (mid-write or corrupt): {exc}"]
-        }
+        notes.append(f"{part}: skipped, not a readable Parquet file (mid-write or corrupt): {exc}")
+        return []
     rows: list[dict[str, Any]] = table.to_pylist()
     episodes: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -261,6 +287,8 @@ def rollout_page(
                 end_reason=row["end_reason"],
             )
     texts = _text_records(run, step)
+    if not texts:
+        notes.append(f"step {step}: no decoded text logged (trajectories/text); showing token ids")
     tokenizer = _run_tokenizer(run)
     for ep in episodes.values():
         if tokenizer is not None:
@@ -272,7 +300,53 @@ def rollout_page(
             if i < len(rec_turns) and isinstance(rec_turns[i], dict):
                 turn["observation"] = rec_turns[i].get("observation")
                 turn["action"] = rec_turns[i].get("action")
-    every = list(episodes.values())
+    return list(episodes.values())
+
+
+def _eval_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]]:
+    """Step ``step``'s evaluation rollouts (:func:`write_eval_rollouts`); a line that is not an
+    episode is skipped with a note."""
+    path = eval_rollouts_path(run.path, step)
+    if not path.is_file():
+        return []
+    out: list[dict[str, Any]] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            ep = json.loads(line)
+        except json.JSONDecodeError:
+            ep = None
+        if not isinstance(ep, dict) or not isinstance(ep.get("turns"), list) or "episode_id" not in ep:
+            notes.append(f"{path}:{n}: skipped, not an episode (JSON with episode_id and turns)")
+            continue
+        ep.setdefault("tags", [])
+        ep.setdefault("group", 0)
+        ep.setdefault("member", 0)
+        out.append(ep)
+    return out
+
+
+def rollout_page(
+    run: Run,
+    step: int,
+    offset: int = 0,
+    limit: int = 20,
+    sort: str = "best",
+    *,
+    tag: str = "",
+    end_reason: str = "",
+) -> dict[str, Any]:
+    """One page of step ``step``'s episodes: reward, advantage, tags, per turn the decoded
+    observation and action (when the run logged text) and the action's tokens and logprobs
+    (and each token's text, ``ac_pieces``, when the run's tokenizer is available offline).
+
+    ``sort``: ``best`` (highest total reward first), ``worst`` or ``order`` (group, member).
+    ``tag`` / ``end_reason``: only the episodes with that logging tag / end reason (``""``: all);
+    the answer lists the step's ``tags`` and ``end_reasons`` to choose from.
+    A part that cannot be read gives no episodes and a ``note`` naming the file."""
+    notes: list[str] = []
+    every = _rl_episodes(run, step, notes) + _eval_episodes(run, step, notes)
+    if not every and not notes:
+        notes.append(f"{_rl_dir(run) / f'step-{step:06d}.parquet'}: no trajectory log part for step {step}")
     ordered = [
         e
         for e in every
@@ -282,7 +356,6 @@ def rollout_page(
         ordered.sort(key=lambda e: float(e.get("total_reward") or 0.0), reverse=sort == "best")
     else:
         ordered.sort(key=lambda e: (e["group"], e["member"]))
-    notes = [] if texts else [f"step {step}: no decoded text logged (trajectories/text); showing token ids"]
     return {
         "step": step,
         "total": len(ordered),

@@ -24,7 +24,7 @@ async function drawCurves() {
   const groups = {};
   all.forEach((m, i) => { for (const [g, ms] of Object.entries(m.groups || {}))
     for (const [name, s] of Object.entries(ms)) ((groups[g] ??= {})[name] ??= []).push({run: i, s}); });
-  const root = document.getElementById('curves');
+  const root = document.getElementById('curves'), drawn = [];
   for (const g of Object.keys(groups).sort()) {
     let sec = document.getElementById('group-' + g);
     if (!sec) {
@@ -37,13 +37,14 @@ async function drawCurves() {
       const id = 'chart-' + name.replace(/[^A-Za-z0-9_-]/g, '_');
       let div = document.getElementById(id);
       if (!div) { div = document.createElement('div'); div.id = id; div.className = 'chart'; sec.querySelector('.charts').appendChild(div); }
-      const traces = groups[g][name].map(({run, s}) => ({x: s.x, y: s.y, name: RUNS[run].name, mode: s.x.length > 1 ? 'lines' : 'markers', type: 'scatter'}));
+      const traces = groups[g][name].map(({run, s}) => ({x: s.x, y: s.y, name: RUNS[run].name, mode: s.x.length > 100 ? 'lines' : s.x.length > 1 ? 'lines+markers' : 'markers', type: 'scatter'}));
       const layout = {title: {text: name, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 30}, showlegend: RUNS.length > 1,
         yaxis: {type: logy[name] ? 'log' : 'linear'}, xaxis: {title: {text: 'step'}}};
-      Plotly.react(div, traces, layout, {displaylogo: false, modeBarButtonsToAdd: [{name: 'log y', icon: Plotly.Icons.zoombox,
-        click: () => { logy[name] = !logy[name]; drawCurves(); }}]});
+      drawn.push(Plotly.react(div, traces, layout, {displaylogo: false, modeBarButtonsToAdd: [{name: 'log y', icon: Plotly.Icons.zoombox,
+        click: () => { logy[name] = !logy[name]; drawCurves(); }}]}));
     }
   }
+  await Promise.all(drawn);
   document.getElementById('status').textContent = all.map((m, i) => `${RUNS[i].name}: ${m.steps} steps`).join(' | ');
 }
 async function loadSteps() {
@@ -80,7 +81,7 @@ async function loadRollouts(more) {
       const act = t.action != null ? `<pre style="background:${color(ep.advantage)}">${esc(t.action)}</pre>` : '';
       return `<div><b>turn ${t.turn}</b> reward ${t.reward}<pre>${esc(t.observation)}</pre>${act}<details><summary>tokens</summary>${toks}</details></div>`;
     }).join('');
-    tbody.insertAdjacentHTML('beforeend', `<tr><td>${esc(ep.episode_id)}</td><td>${ep.total_reward}</td><td>${(ep.advantage ?? 0).toFixed(3)}</td><td>${esc((ep.tags || []).join(','))}</td><td>${esc(ep.end_reason)}</td><td>${turns}</td></tr>`);
+    tbody.insertAdjacentHTML('beforeend', `<tr><td>${esc(ep.episode_id)}${ep.note ? '<br>' + esc(ep.note) : ''}</td><td>${ep.total_reward}</td><td>${(ep.advantage ?? 0).toFixed(3)}</td><td>${esc((ep.tags || []).join(','))}</td><td>${esc(ep.end_reason)}</td><td>${turns}</td></tr>`);
   }
   offset += (page.episodes || []).length;
   document.getElementById('more').style.display = offset < page.total ? '' : 'none';
@@ -92,9 +93,18 @@ async function init() {
     + `<details><summary>config.json</summary><pre>${esc(JSON.stringify(r.config, null, 2))}</pre></details>`
     + `<table><tr><th>checkpoint</th><th>step</th><th>state</th><th>sampler</th></tr>` + r.checkpoints.map(c => `<tr><td>${esc(c.name)}</td><td>${c.step}</td><td>${esc(c.state_path)}</td><td>${esc(c.sampler_path)}</td></tr>`).join('') + '</table>').join('');
   await drawCurves();
-  for (let i = 0; i < RUNS.length; i++)  // show the rollouts of the first run that logged any
+  performance.mark('curves-drawn');  // timed by tests/benchmarks/test_bench_view_browser.py
+  // #run=NAME&step=S (a link to a run's step) picks the rollouts shown first; otherwise the
+  // last step of the first run that logged any.
+  const want = new URLSearchParams(location.hash.slice(1));
+  const named = RUNS.findIndex(r => r.name === want.get('run'));
+  if (named >= 0) document.getElementById('run').value = named;
+  else for (let i = 0; i < RUNS.length; i++)
     if ((await api('steps', {run: i})).length) { document.getElementById('run').value = i; break; }
-  if ((await loadSteps()).length) await loadRollouts(false);
+  const steps = await loadSteps();
+  if (want.has('step') && steps.includes(+want.get('step'))) document.getElementById('step').value = want.get('step');
+  if (steps.length) await loadRollouts(false);
+  performance.mark('rollouts-shown');
   if (!STATIC) setInterval(async () => { await drawCurves(); await loadSteps(); }, 3000);
 }
 window.addEventListener('load', init);
