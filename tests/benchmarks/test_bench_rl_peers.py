@@ -68,7 +68,7 @@ async def _sft(s: dict[str, Any]) -> tuple[str, str]:
     from tempering.envs.arithmetic import split_problems, write_chat_jsonl
     from tempering.local import ServiceClient
     from tempering.local.export import export_checkpoint
-    from tempering.recipes.stages import SFTStage, sft_stage_at
+    from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
 
     out = Path(s["out"])
     given = os.environ.get("BENCH_SFT_STATE") if s["full"] else None
@@ -78,10 +78,11 @@ async def _sft(s: dict[str, Any]) -> tuple[str, str]:
     path = write_chat_jsonl(train, out / "data" / "train.jsonl")
     service = ServiceClient(num_threads=1, device="cpu")
     try:
-        sft = await sft_stage_at(
-            out / "sft", service=service, model=ModelConfig(base_model="tempering/tiny", lora_rank=0, seed=0),
-            train_path=path, stage=SFTStage(s["sft_steps"], 64, 2e-3, weight_decay=0.1), seed=s["seed"],
-            progress=False,
+        session = RecipeSession("bench-rl-peers", out, service, None, progress=False)
+        sft = await sft_stage(
+            session, "sft", SFTStage(s["sft_steps"], 64, 2e-3, weight_decay=0.1),
+            model=ModelConfig(base_model="tempering/tiny", lora_rank=0, seed=0),
+            train_path=path, seed=s["seed"],
         )  # fmt: skip
     finally:
         service.close()
