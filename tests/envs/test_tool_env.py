@@ -90,6 +90,9 @@ def test_an_episode_with_every_kind_of_fault_goes_on_to_a_graded_answer(renderer
     assert (m["tools/calls"], m["tools/errors"], m["tools/timeouts"]) == (5, 4, 1)
     assert (m["tools/calculator/calls"], m["tools/explode/errors"], m["tools/hang/timeouts"]) == (1, 1, 1)
     assert "tools/calculator/errors" not in m
+    # a name the env does not declare is counted under one fixed key, not a key of its own
+    assert m["tools/undeclared/calls"] == m["tools/undeclared/errors"] == 1
+    assert not any("nope" in k for k in m)
     assert end.episode_done
     assert end.reward == 1.0
     assert end.metrics["tool_use/correct"] == 1.0

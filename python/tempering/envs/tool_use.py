@@ -33,7 +33,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any, Literal, cast
 
 import attrs
@@ -87,7 +87,16 @@ def _count(metrics: Metrics, key: str, n: int = 1) -> None:
     metrics[key] = metrics.get(key, 0) + n
 
 
-def _outcome_metrics(outcomes: Sequence[ToolOutcome]) -> Metrics:
+UNDECLARED_TOOL = "undeclared"
+"""The name under which calls of tools the env does not declare are counted
+(``tools/undeclared/calls``): a model that invents names cannot add metric keys without bound."""
+
+
+def _metric_name(name: str, declared: Container[str]) -> str:
+    return name if name in declared else UNDECLARED_TOOL
+
+
+def _outcome_metrics(outcomes: Sequence[ToolOutcome], declared: Container[str]) -> Metrics:
     metrics: Metrics = {
         "tools/calls": len(outcomes),
         "tools/errors": 0,
@@ -95,13 +104,14 @@ def _outcome_metrics(outcomes: Sequence[ToolOutcome]) -> Metrics:
         "tools/truncated": 0,
     }
     for o in outcomes:
-        _count(metrics, f"tools/{o.name}/calls")
+        name = _metric_name(o.name, declared)
+        _count(metrics, f"tools/{name}/calls")
         if not o.ok:
             _count(metrics, "tools/errors")
-            _count(metrics, f"tools/{o.name}/errors")
+            _count(metrics, f"tools/{name}/errors")
         if o.status == "timeout":
             _count(metrics, "tools/timeouts")
-            _count(metrics, f"tools/{o.name}/timeouts")
+            _count(metrics, f"tools/{name}/timeouts")
         if o.truncated:
             _count(metrics, "tools/truncated")
     return metrics
@@ -160,7 +170,7 @@ class ToolEnv:
     def _stop(self, why: BudgetStop, metrics: Metrics, refused: Sequence[str] = ()) -> MessageStepResult:
         metrics[f"tool_use/budget_stop/{why}"] = 1
         for name in refused:
-            _count(metrics, f"tools/{name}/budget_stops")
+            _count(metrics, f"tools/{_metric_name(name, self.tools)}/budget_stops")
         return self._end(self.no_answer_reward, metrics, answered=False)
 
     async def step(self, message: Message, /) -> MessageStepResult:
@@ -186,7 +196,7 @@ class ToolEnv:
                 for c in calls
             )
         )
-        metrics |= _outcome_metrics(outcomes)
+        metrics |= _outcome_metrics(outcomes, self.tools)
         self.messages.append(message)
         for i, (call, outcome) in enumerate(zip(calls, outcomes, strict=True)):
             reply = Message(role="tool", content=outcome.text, name=outcome.name)
