@@ -16,6 +16,14 @@ from pathlib import Path
 import pytest
 
 from tempering.local import ServiceClient
+
+# Ray 2.60 authenticates to a local cluster with a token it reads from ``~/.ray/auth_token``
+# (creating it) and keeps for the rest of the process. The docs-command test runs `tempering rl
+# --ray-workers 2` in this process with ``HOME`` pointed at a scratch directory, so a Ray started
+# later by tests/rl/test_ray_executor.py (real ``HOME``, another token) refused the driver, and
+# whether it happened depended on the random test order. The suite's clusters are local and
+# short-lived: no token.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from tempering.local.tiny import tiny_model_dir
 
 
