@@ -252,10 +252,12 @@ class RayExecutor:
             return
         self._closed = True
         ray = _ray()
+        killed = [w.handle for w in self._workers if not w.dead]
         for w in self._workers:
             if not w.dead:
                 ray.kill(w.handle, no_restart=True)
                 w.dead = True
+        _wait_until_dead(ray, killed)
         if self._started_ray:
             ray.shutdown()
 
@@ -264,6 +266,26 @@ class RayExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _wait_until_dead(ray: Any, handles: list[Any], timeout: float = 30.0) -> None:
+    """Return once every killed actor refuses calls (``ray.kill`` is asynchronous: a call sent
+    just after it can still be served), or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pending = list(handles)
+    while pending and time.monotonic() < deadline:
+        still: list[Any] = []
+        for handle in pending:
+            try:
+                ray.get(handle.pid.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            except ray.exceptions.RayActorError:
+                continue
+            except ray.exceptions.GetTimeoutError:
+                pass
+            still.append(handle)
+        pending = still
+        if pending:
+            time.sleep(0.05)
 
 
 class _RayGroup(EnvGroupBuilder):
