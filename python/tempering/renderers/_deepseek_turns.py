@@ -1,6 +1,5 @@
 """What the DeepSeek V3.1 and V4.1 renderers share: the format's markers, messages read into
-:class:`Turn`, pieces built left to right, and the parsing helpers (see
-:mod:`tempering.renderers.deepseek`)."""
+:class:`Turn`, and the parsing helpers (see :mod:`tempering.renderers.deepseek`)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from typing import cast
 
 import attrs
 
-from tempering.renderers._base import Piece
 from tempering.renderers._messages import read_tool_call
 from tempering_protocols import Message, ToolCall
 
@@ -120,28 +118,3 @@ def read_turn(message: Message, index: int) -> Turn:
 
 def read_turns(messages: Sequence[Message]) -> list[Turn]:
     return [read_turn(m, i) for i, m in enumerate(messages)]
-
-
-class PieceRun:
-    """Pieces built left to right: text accumulates into one piece until a token id interrupts it,
-    so text the reference encodes in one call is tokenized as one string here too."""
-
-    def __init__(self) -> None:
-        self._pieces: list[Piece] = []
-        self._text = ""
-
-    def text(self, text: str) -> PieceRun:
-        self._text += text
-        return self
-
-    def token(self, *ids: int) -> PieceRun:
-        if self._text:
-            self._pieces.append(self._text)
-            self._text = ""
-        if ids:
-            self._pieces.append(ids)
-        return self
-
-    def pieces(self) -> tuple[Piece, ...]:
-        self.token()
-        return tuple(self._pieces)

@@ -16,6 +16,7 @@ __all__ = [
     "THINK_OR_TOOL_RE",
     "UNTERMINATED",
     "function_fields",
+    "json_or_text_arguments",
     "json_tool_call",
     "read_tool_call",
     "tool_call_arguments",
@@ -35,7 +36,7 @@ FUNCTION_RE = re.compile(
     re.DOTALL,
 )
 """A whole ``<tool_call><function=name>…</function></tool_call>`` block (Qwen3.5 / Nemotron)."""
-PARAMETER_RE = re.compile(r"<parameter=(?P<name>[^>\n]+)>\s*(?P<value>.*?)\s*</parameter>", re.DOTALL)
+PARAMETER_RE = re.compile(r"<parameter=(?P<key>[^>\n]+)>\s*(?P<value>.*?)\s*</parameter>", re.DOTALL)
 """One ``<parameter=name>value</parameter>`` inside a function block."""
 
 
@@ -122,21 +123,51 @@ def xml_function_call(raw: str) -> ToolCall | str:
     name = match.group("name").strip()
     if not name:
         return "Missing function name"
-    body = match.group("body")
+    arguments = json_or_text_arguments(
+        match.group("body"),
+        PARAMETER_RE,
+        strip_newlines=True,
+        between="Unexpected non-parameter content inside <function> block",
+        empty_key="Empty parameter name",
+        trailing="Unexpected trailing content inside <function> block",
+    )
+    if isinstance(arguments, str):
+        return arguments
+    return ToolCall(name=name, arguments=json.dumps(arguments))
+
+
+def json_or_text_arguments(
+    body: str,
+    pattern: re.Pattern[str],
+    *,
+    strip_newlines: bool,
+    between: str,
+    empty_key: str,
+    trailing: str,
+) -> dict[str, object] | str:
+    """A tool call's arguments from ``body``, a run of ``pattern`` matches (groups ``key`` and
+    ``value``) with only white space between them; or the error (``between``, ``empty_key``,
+    ``trailing``) saying why it is not one.
+
+    A value is read as JSON when it parses (``12`` is a number) and kept as text otherwise;
+    ``strip_newlines`` strips newlines around it first. Keys are stripped of white space.
+    """
     arguments: dict[str, object] = {}
     pos = 0
-    for param in PARAMETER_RE.finditer(body):
-        if body[pos : param.start()].strip():
-            return "Unexpected non-parameter content inside <function> block"
-        key = param.group("name").strip()
+    for pair in pattern.finditer(body):
+        if body[pos : pair.start()].strip():
+            return between
+        key = pair.group("key").strip()
         if not key:
-            return "Empty parameter name"
-        text = param.group("value").strip("\n")
+            return empty_key
+        text = pair.group("value")
+        if strip_newlines:
+            text = text.strip("\n")
         try:
             arguments[key] = cast("object", json.loads(text))
         except json.JSONDecodeError:
             arguments[key] = text
-        pos = param.end()
+        pos = pair.end()
     if body[pos:].strip():
-        return "Unexpected trailing content inside <function> block"
-    return ToolCall(name=name, arguments=json.dumps(arguments))
+        return trailing
+    return arguments

@@ -1,19 +1,16 @@
 """What the Nemotron 3 renderers are built from: the format's control tokens and tool texts,
-messages read into :class:`Turn`, markup runs, tool declarations and response parsing (see
+messages read into :class:`Turn`, tool declarations and response parsing (see
 :mod:`tempering.renderers.nemotron`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, TypeAlias, cast
 
 import attrs
 
-from tempering.renderers._base import (
-    Piece,
-)
 from tempering.renderers._messages import (
     DETAIL_MAX_CHARS,
     THINK_OR_TOOL_RE,
@@ -164,39 +161,6 @@ def read_turn(message: Message, index: int) -> Turn:
             raise TypeError(f"{where}: tool_calls is a {type(calls_obj).__name__}, not a list")
         calls = tuple(read_call(c, where) for c in cast("list[object]", calls_obj))
     return Turn(index=index, role=role, content=content, calls=calls)
-
-
-# ------------------------------------------------------------------------------ pieces
-
-
-class MarkupRun:
-    """Pieces of one reference ``encode`` call: markup split at control tokens, text kept whole."""
-
-    def __init__(self, split: Callable[[str], list[Piece]]) -> None:
-        self._split = split
-        self._pieces: list[Piece] = []
-
-    def text(self, text: str) -> MarkupRun:
-        """Text the caller wrote: never split, special-token strings in it stay text."""
-        if text:
-            last = self._pieces[-1] if self._pieces else None
-            if isinstance(last, str):
-                self._pieces[-1] = last + text
-            else:
-                self._pieces.append(text)
-        return self
-
-    def markup(self, markup: str) -> MarkupRun:
-        """Text the format writes: its control tokens become ids."""
-        for piece in self._split(markup):
-            if isinstance(piece, str):
-                self.text(piece)
-            else:
-                self._pieces.append(piece)
-        return self
-
-    def pieces(self) -> tuple[Piece, ...]:
-        return tuple(self._pieces)
 
 
 def argument_text(value: object) -> str:

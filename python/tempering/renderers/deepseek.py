@@ -57,10 +57,10 @@ from tempering.renderers._deepseek_turns import (
     THINK_CLOSE,
     THINK_OPEN,
     USER,
-    PieceRun,
     Turn,
     read_turns,
 )
+from tempering.renderers._pieces import PieceRun
 from tempering.renderers.deepseek_v4 import (
     DeepSeekV41DisableThinkingRenderer,
     DeepSeekV41LowReasoningRenderer,

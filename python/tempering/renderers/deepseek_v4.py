@@ -29,10 +29,10 @@ from tempering.renderers._deepseek_turns import (
     THINK_CLOSE,
     THINK_OPEN,
     USER,
-    PieceRun,
     Turn,
     read_turns,
 )
+from tempering.renderers._pieces import PieceRun
 from tempering_protocols import Message, StopCondition, Tokenizer, ToolCall, TrainOnWhat
 
 __all__ = [

@@ -29,6 +29,7 @@ from tempering.renderers._base import message_weights as base_message_weights
 from tempering.renderers._messages import (
     THINK_OR_TOOL_RE,
     function_fields,
+    json_or_text_arguments,
     json_tool_call,
     tool_call_arguments,
 )
@@ -222,23 +223,16 @@ def _parse_glm_call(raw: str) -> ToolCall | str:
     match = _GLM_CALL_RE.match(raw)
     if match is None:
         return "Malformed GLM tool call"
-    body = match.group("body")
-    arguments: dict[str, object] = {}
-    pos = 0
-    for pair in _ARG_PAIR_RE.finditer(body):
-        if body[pos : pair.start()].strip():
-            return "Unexpected content between tool call arguments"
-        key = pair.group("key").strip()
-        if not key:
-            return "Empty tool call argument key"
-        value_text = pair.group("value")
-        try:
-            arguments[key] = cast("object", json.loads(value_text))
-        except json.JSONDecodeError:
-            arguments[key] = value_text
-        pos = pair.end()
-    if body[pos:].strip():
-        return "Unexpected trailing content inside tool call"
+    arguments = json_or_text_arguments(
+        match.group("body"),
+        _ARG_PAIR_RE,
+        strip_newlines=False,
+        between="Unexpected content between tool call arguments",
+        empty_key="Empty tool call argument key",
+        trailing="Unexpected trailing content inside tool call",
+    )
+    if isinstance(arguments, str):
+        return arguments
     return ToolCall(name=match.group("name"), arguments=json.dumps(arguments))
 
 

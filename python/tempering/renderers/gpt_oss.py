@@ -23,8 +23,9 @@ from typing import cast
 
 import attrs
 
-from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Piece, Rendering
+from tempering.renderers._base import BaseRenderer, MessageParts, ParseTermination, Rendering
 from tempering.renderers._messages import read_tool_call
+from tempering.renderers._pieces import PieceRun
 from tempering.renderers._text import assistant_message
 from tempering.renderers.gpt_oss_tools import (
     harmony_tool_declarations,
@@ -123,30 +124,6 @@ def _tool_name(messages: Sequence[Message], index: int) -> str:
         f"message {index} (tool) has no 'name' and no 'tool_call_id' of an earlier tool call: the "
         "gpt-oss format addresses a tool result from the function (functions.<name>)"
     )
-
-
-class _Run:
-    """The pieces of one reference ``encode`` call: special tokens as ids, text between them as
-    one ``str`` piece (adjacent text is joined, because the reference tokenizes it in one go)."""
-
-    def __init__(self) -> None:
-        self.pieces: list[Piece] = []
-
-    def text(self, text: str) -> _Run:
-        if text:
-            last = self.pieces[-1] if self.pieces else None
-            if isinstance(last, str):
-                self.pieces[-1] = last + text
-            else:
-                self.pieces.append(text)
-        return self
-
-    def token(self, token_id: int) -> _Run:
-        self.pieces.append((token_id,))
-        return self
-
-    def done(self) -> tuple[Piece, ...]:
-        return tuple(self.pieces)
 
 
 # ------------------------------------------------------------------------------- parsing
@@ -260,13 +237,13 @@ class GptOssRenderer(BaseRenderer):
     # ------------------------------------------------------------------- rendering
 
     def _plain(self, header_role: str, text: str) -> MessageParts:
-        header = _Run().token(self._start).text(header_role).done()
-        return MessageParts(header, _Run().token(self._message).text(text).token(self._end).done())
+        header = PieceRun().token(self._start).text(header_role).pieces()
+        return MessageParts(header, PieceRun().token(self._message).text(text).token(self._end).pieces())
 
     def _assistant(self, message: Message, index: int, is_last: bool) -> MessageParts:
         thinking, text = _thinking_and_text(message, index)
         calls = _tool_calls(message, index)
-        out = _Run()
+        out = PieceRun()
         if thinking:
             out.token(self._channel).text("analysis").token(self._message).text(thinking)
             out.token(self._end).token(self._start).text("assistant")
@@ -283,16 +260,16 @@ class GptOssRenderer(BaseRenderer):
         else:
             out.token(self._channel).text("final").token(self._message).text(text)
             out.token(self._return if is_last else self._end)
-        return MessageParts(_Run().token(self._start).text("assistant").done(), out.done())
+        return MessageParts(PieceRun().token(self._start).text("assistant").pieces(), out.pieces())
 
     def _tool_result(self, messages: Sequence[Message], index: int) -> MessageParts:
         name = _tool_name(messages, index)
         if not name.startswith("functions."):
             name = f"functions.{name}"
         text = _plain_text(messages[index], index, "tool")
-        header = _Run().token(self._start).text(f"{name} to=assistant").done()
-        body = _Run().token(self._channel).text("commentary").token(self._message).text(text)
-        return MessageParts(header, body.token(self._end).done())
+        header = PieceRun().token(self._start).text(f"{name} to=assistant").pieces()
+        body = PieceRun().token(self._channel).text("commentary").token(self._message).text(text)
+        return MessageParts(header, body.token(self._end).pieces())
 
     def _render_message(self, messages: Sequence[Message], index: int) -> MessageParts:
         message = messages[index]
@@ -318,7 +295,7 @@ class GptOssRenderer(BaseRenderer):
         system = self.system_prompt()
         if system is not None:
             parts.insert(0, self._plain("system", system))
-        gen = _Run().token(self._start).text("assistant").done() if generation else ()
+        gen = PieceRun().token(self._start).text("assistant").pieces() if generation else ()
         return Rendering(prefix=(), messages=tuple(parts), generation_header=gen)
 
     def message_weights(self, messages: Sequence[Message], train_on_what: TrainOnWhat) -> list[float]:

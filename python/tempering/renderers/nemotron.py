@@ -34,7 +34,6 @@ from tempering.renderers._nemotron_format import (
     INJECTED_SYSTEM,
     TOOLS_HEADER,
     TOOLS_INSTRUCTIONS,
-    MarkupRun,
     Turn,
     argument_text,
     injects_system,
@@ -42,6 +41,7 @@ from tempering.renderers._nemotron_format import (
     read_turn,
     tool_declaration,
 )
+from tempering.renderers._pieces import MarkupRun
 from tempering.renderers.llama3 import parse_at_stop_token
 from tempering_protocols import Message, StopCondition, Tokenizer, TrainOnWhat
 
