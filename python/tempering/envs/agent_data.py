@@ -103,6 +103,20 @@ class AgentTask:
         """The policy's renderer."""
         return load_renderer(self.base_model, self.renderer_name)
 
+    async def helper_completer(
+        self, *, model: str | None, path: str | None, renderer_name: str | None, max_tokens: int
+    ) -> SamplingMessageCompleter:
+        """The completer of a model the task samples besides the policy (a judge, an answerer):
+        :func:`sampled_completer` of the checkpoint ``path``, else of ``model``'s base weights,
+        served by ``service``; ``model`` and ``renderer_name`` default to the policy's."""
+        return await sampled_completer(
+            self.service,
+            model or self.base_model,
+            path=path,
+            renderer_name=renderer_name or self.renderer_name,
+            max_tokens=max_tokens,
+        )
+
     def datasets(
         self, train: Sequence[EnvGroupBuilder], test: Sequence[EnvGroupBuilder]
     ) -> tuple[RLDataset, RLDataset | None]:

@@ -28,7 +28,7 @@ import attrs
 import numpy as np
 
 from tempering.backend import load_renderer
-from tempering.envs.problem import Problem, ProblemDataset, exact_match
+from tempering.envs.problem import Problem, ProblemDataset, exact_match, held_out
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticProblems", "ScaledExactMatch", "all_problems", "split_problems", "write_chat_jsonl"]
@@ -134,23 +134,17 @@ class ArithmeticProblems:
         renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = split_problems(seed=self.seed, n_test=self.n_test)
         grader = exact_match if self.reward_coef == 1.0 else ScaledExactMatch(self.reward_coef)
-
-        def make(
-            items: list[Problem], batch_size: int, group_size: int, n: int | None, seed: int
-        ) -> ProblemDataset:
-            return ProblemDataset(
-                items,
-                renderer,
-                grader,
-                batch_size=batch_size,
-                group_size=group_size,
-                seed=seed,
-                n_batches=n,
-                format_coef=0.0,
-                tag="arithmetic",
-            )
-
-        train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
+        train_ds = ProblemDataset(
+            train,
+            renderer,
+            grader,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            seed=self.seed,
+            n_batches=self.n_batches,
+            format_coef=0.0,
+            tag="arithmetic",
+        )
         if self.test_group_size == 0:
             return train_ds, None
-        return train_ds, make(test, len(test), self.test_group_size, 1, self.seed + 1)
+        return train_ds, held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)

@@ -28,7 +28,7 @@ from typing import Literal
 
 import attrs
 
-from tempering.backend import load_tokenizer
+from tempering.backend import load_renderer
 from tempering.envs.guess_number import (
     GuessNumberGame,
     GuessPolicy,
@@ -45,8 +45,6 @@ from tempering.envs.tic_tac_toe import (
     tic_tac_toe_prompt,
     winner,
 )
-from tempering.model_info import resolve_renderer_name
-from tempering.renderers import get_renderer
 from tempering_protocols import EnvGroupBuilder, Message, Renderer, RLDataset
 
 __all__ = [
@@ -199,9 +197,7 @@ class SelfPlayTask:
     turn_timeout_s: float = 120.0
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = get_renderer(
-            resolve_renderer_name(self.base_model, self.renderer_name), load_tokenizer(self.base_model)
-        )
+        renderer = load_renderer(self.base_model, self.renderer_name)
         dataset = _SelfPlayDataset(
             renderer,
             self.batch_size,

@@ -34,7 +34,7 @@ import attrs
 
 from tempering.backend import load_renderer
 from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
-from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
+from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, held_out, prompt_messages
 from tempering.grading import ExtractStyle, MathGrader, extract_answer
 from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset
 
@@ -222,22 +222,18 @@ class MathTask:
         train = load_math_problems(self.dataset, source=self.source, split=self.split, limit=self.limit)
         test = self.test_problems()
 
-        def make(
-            items: Sequence[MathProblem], batch: int, group: int, n: int | None, seed: int
-        ) -> MathDataset:
-            return MathDataset(
-                items,
-                renderer,
-                rewards,
-                batch_size=batch,
-                group_size=group,
-                seed=seed,
-                n_batches=n,
-                instruction=self.instruction,
-                system_prompt=self.system_prompt,
-                tag=self.dataset,
-            )
-
-        train_ds = make(train, self.batch_size, self.group_size, self.n_batches, self.seed)
-        test_ds = None if test is None else make(test, len(test), self.test_group_size, 1, self.seed + 1)
-        return train_ds, test_ds
+        train_ds = MathDataset(
+            train,
+            renderer,
+            rewards,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            seed=self.seed,
+            n_batches=self.n_batches,
+            instruction=self.instruction,
+            system_prompt=self.system_prompt,
+            tag=self.dataset,
+        )
+        if test is None:
+            return train_ds, None
+        return train_ds, held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)

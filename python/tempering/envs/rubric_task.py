@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from tempering.envs.agent_data import AgentTask, sampled_completer
+from tempering.envs.agent_data import AgentTask
 from tempering.envs.completer import SamplingMessageCompleter
 from tempering.envs.judge import LLMJudge, RubricGroupBuilder
 from tempering_protocols import Message, RLDataset, Trajectory
@@ -70,11 +70,10 @@ class RubricTask(AgentTask):
 
     async def judge(self) -> LLMJudge:
         """The judge, sampling at temperature 1."""
-        completer = await sampled_completer(
-            self.service,
-            self.judge_model or self.base_model,
+        completer = await self.helper_completer(
+            model=self.judge_model,
             path=self.judge_path,
-            renderer_name=self.judge_renderer_name or self.renderer_name,
+            renderer_name=self.judge_renderer_name,
             max_tokens=self.judge_max_tokens,
         )
         return _judge(completer, self.judge_timeout_s)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from tempering.envs.agent_data import AgentTask, FixedGroups, sampled_completer
+from tempering.envs.agent_data import AgentTask, FixedGroups
 from tempering.envs.twenty_questions import (
     TwentyQuestionsDataset,
     TwentyQuestionsGroupBuilder,
@@ -84,11 +84,10 @@ class TwentyQuestionsTask(AgentTask):
 
     async def answerer(self) -> MessageCompleter:
         """The answerer: six tokens a reply, temperature 1."""
-        return await sampled_completer(
-            self.service,
-            self.answerer_model or self.base_model,
+        return await self.helper_completer(
+            model=self.answerer_model,
             path=self.answerer_path,
-            renderer_name=self.answerer_renderer_name or self.renderer_name,
+            renderer_name=self.answerer_renderer_name,
             max_tokens=6,
         )
 

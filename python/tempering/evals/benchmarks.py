@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -28,6 +29,7 @@ import attrs
 
 from tempering.assets import resolve_data_path
 from tempering.data import RowError, parse_rows
+from tempering.data.hub import hub_rows
 
 __all__ = [
     "BENCHMARKS",
@@ -148,15 +150,14 @@ def get_benchmark(name: str, known: Iterable[str] | None = None) -> Benchmark:
 
 
 def _hub_rows(bench: Benchmark) -> Iterable[object]:
-    try:
-        import datasets  # the `data` extra
-    except ImportError as exc:
+    """The rows of ``bench``'s hub split through :func:`tempering.data.hub.hub_rows` (not
+    streamed: the whole split is downloaded and cached, as a benchmark is read again)."""
+    if importlib.util.find_spec("datasets") is None:  # the `data` extra
         raise ImportError(
             f"benchmark {bench.name} reads {bench.hub_name} through Hugging Face datasets: "
             "pip install 'tempering[data]' (or pass data= a local copy)"
-        ) from exc
-    rows: Iterable[object] = datasets.load_dataset(bench.hub_name, bench.hub_config, split=bench.split)
-    return rows
+        )
+    return hub_rows(bench.hub_name, split=bench.split, config=bench.hub_config, streaming=False)
 
 
 def load_items(
