@@ -65,7 +65,7 @@ class RubricRecipe(AgentRecipe):
     eval_questions: int = 100
     """Held-out questions evaluated (the single-turn ones of ``arithmetic_chat_test.jsonl``: 58)."""
 
-    POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions eval_samples"
+    POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions"
 
     def validate(self) -> None:
         if self.judge_sft_steps < 0:

@@ -56,7 +56,7 @@ class ToolUseRecipe(AgentRecipe):
     eval_questions: int = 5
     """Held-out questions per kind."""
 
-    POSITIVE: ClassVar[str] = "sft_examples max_turns eval_questions eval_samples"
+    POSITIVE: ClassVar[str] = "sft_examples max_turns eval_questions"
 
     def validate(self) -> None:
         if not 1 <= self.test_towns <= 50:

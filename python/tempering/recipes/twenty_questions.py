@@ -68,7 +68,7 @@ class TwentyQuestionsRecipe(AgentRecipe):
     turn_cost: float = 0.02
     sft_games: int = 1000
 
-    POSITIVE: ClassVar[str] = "max_turns sft_games eval_samples"
+    POSITIVE: ClassVar[str] = "max_turns sft_games"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         words = load_words()
