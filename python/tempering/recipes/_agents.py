@@ -34,7 +34,7 @@ MakeTask = Callable[["TrainResult | None"], Awaitable[tuple[RLDatasetBuilder, Ev
 """``make_task(sft)``: the RL task and the evaluation, given the SFT stage's result."""
 
 
-@recipe_flags(rl_steps=4, rl_batch_size=4, group_size=4, eval_samples=1)
+@recipe_flags(sft_learning_rate=2e-3, rl_steps=4, rl_batch_size=4, group_size=4, eval_samples=1)
 class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """The flags and the pipeline the agent recipes share. Subclasses set their own defaults
     (:func:`~tempering.recipes._common.recipe_flags`) and ``NAME``, and implement :meth:`run`."""

@@ -40,7 +40,6 @@ __all__ = ["RubricRecipe"]
 @recipe_flags(
     sft_steps=300,
     sft_batch_size=32,
-    sft_learning_rate=2e-3,
     rl_steps=20,
     rl_batch_size=8,
     group_size=8,
