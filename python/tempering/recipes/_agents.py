@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, sft_then_rl
@@ -34,16 +34,12 @@ MakeTask = Callable[["TrainResult | None"], Awaitable[tuple[RLDatasetBuilder, Ev
 """``make_task(sft)``: the RL task and the evaluation, given the SFT stage's result."""
 
 
-@recipe_flags(rl_steps=4, rl_batch_size=4, group_size=4, eval_samples=1)
+@recipe_flags(sft_learning_rate=2e-3, rl_steps=4, rl_batch_size=4, group_size=4, eval_samples=1)
 class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """The flags and the pipeline the agent recipes share. Subclasses set their own defaults
     (:func:`~tempering.recipes._common.recipe_flags`) and ``NAME``, and implement :meth:`run`."""
 
-    def check_positive(self, names: str) -> None:
-        """Refuse any of these fields (and the shared ones) below 1."""
-        super().check_positive(
-            f"sft_steps sft_batch_size rl_steps rl_batch_size group_size max_tokens {names}"
-        )
+    POSITIVE: ClassVar[str] = "sft_steps"
 
     async def play(
         self, sampler: SamplingClient, builders: Sequence[EnvGroupBuilder]

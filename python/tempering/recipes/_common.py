@@ -89,10 +89,15 @@ class RecipeConfig:
     NAME: ClassVar[str] = ""
     """The recipe's name (``tempering recipe NAME``; its run directory's prefix)."""
     POSITIVE: ClassVar[str] = ""
-    """The fields that must be > 0 (names separated by spaces), checked on construction."""
+    """The fields that must be > 0 (names separated by spaces), checked on construction with
+    those its base classes name (the shared flag groups, :class:`SFTFlags`, ..., name theirs)."""
+    NON_NEGATIVE: ClassVar[str] = ""
+    """The fields that must be >= 0, checked likewise."""
 
     def __attrs_post_init__(self) -> None:
-        self.check_positive(self.POSITIVE)
+        for kind, zero in (("POSITIVE", False), ("NON_NEGATIVE", True)):
+            names = (vars(cls).get(kind, "") for cls in reversed(type(self).__mro__))
+            self.check_positive(" ".join(names), zero=zero)
         self.validate()
 
     def validate(self) -> None:
@@ -111,18 +116,21 @@ class RecipeConfig:
         """The renderer of ``base_model`` (``renderer_name``, else the model's recommended one)."""
         return load_renderer(self.base_model, self.renderer_name)
 
-    def check_positive(self, names: str) -> None:
+    def check_positive(self, names: str, *, zero: bool = False) -> None:
         """Raise ``ValueError`` naming the class, the field and its flag when one of these fields
-        (``names``: separated by spaces) is not positive.
+        (``names``: separated by spaces) is not positive (``zero``: is negative). A field that
+        is ``None`` (its default left to the model) is not checked.
 
         Example::
 
             ChatSFTRecipe(steps=0)   # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
         """
         for name in names.split():
-            if not (value := getattr(self, name)) > 0:
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 if zero else value > 0):
                 flag = "--" + name.replace("_", "-")
-                raise ValueError(f"{type(self).__name__}.{name} ({flag}) must be > 0, got {value}")
+                bound = ">= 0" if zero else "> 0"
+                raise ValueError(f"{type(self).__name__}.{name} ({flag}) must be {bound}, got {value}")
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -133,6 +141,8 @@ class SFTFlags:
     sft_batch_size: int = 16
     sft_learning_rate: float = 1e-3
 
+    POSITIVE: ClassVar[str] = "sft_batch_size"
+
 
 @attrs.frozen(kw_only=True, slots=False)
 class RLFlags:
@@ -142,6 +152,8 @@ class RLFlags:
     rl_batch_size: int = 8
     """Prompts (problems, secrets, questions, groups) per RL step (``P``)."""
     rl_learning_rate: float = 1e-4
+
+    POSITIVE: ClassVar[str] = "rl_steps rl_batch_size"
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -154,6 +166,8 @@ class GroupFlags:
     """Tokens per sampled reply."""
     eval_samples: int = 4
     """Samples per evaluation item, before and after RL."""
+
+    POSITIVE: ClassVar[str] = "group_size max_tokens eval_samples"
 
 
 C = TypeVar("C")

@@ -80,13 +80,10 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Wall- and CPU-time limit of one grading run."""
 
     NAME: ClassVar[str] = "code-rl"
-    POSITIVE: ClassVar[str] = (
-        "sft_batch_size rl_steps rl_batch_size group_size max_tokens eval_samples sandbox_seconds"
-    )
+    POSITIVE: ClassVar[str] = "sandbox_seconds"
+    NON_NEGATIVE: ClassVar[str] = "sft_steps"
 
     def validate(self) -> None:
-        if self.sft_steps < 0:
-            raise ValueError(f"CodeRLRecipe.sft_steps (--sft-steps) must be >= 0, got {self.sft_steps}")
         self.task().problems()  # validates n_test against the problem file
 
     def task(self) -> CodeTask:

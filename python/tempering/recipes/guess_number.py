@@ -95,9 +95,7 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     rl_eval_every: int = 10
 
     NAME: ClassVar[str] = "guess-number"
-    POSITIVE: ClassVar[str] = (
-        "sft_games sft_steps sft_batch_size rl_steps rl_batch_size group_size eval_samples max_tokens"
-    )
+    POSITIVE: ClassVar[str] = "sft_games sft_steps"
 
     def validate(self) -> None:
         if self.teacher not in TEACHERS:

@@ -29,12 +29,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-import attrs
-
 from tempering.data.hub import MathProblem, boxed_solution
 from tempering.envs.agent_data import write_chats
 from tempering.envs.math import DEFAULT_INSTRUCTION, MathTask, prompt_messages
-from tempering.recipes._common import TINY_MODEL, RecipeConfig, RecipeResult
+from tempering.recipes._common import (
+    TINY_MODEL,
+    GroupFlags,
+    RecipeConfig,
+    RecipeResult,
+    RLFlags,
+    SFTFlags,
+    recipe_flags,
+)
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.task_evals import evaluate_math
 from tempering_protocols import Message, SamplingClient
@@ -58,9 +64,11 @@ def write_sft_chat(problems: Sequence[MathProblem], path: Path, instruction: str
     return write_chats(path, rows)
 
 
-@attrs.frozen(kw_only=True)
-class MathRLRecipe(RecipeConfig):
-    """Math RL with format and correctness rewards; calling it runs it.
+@recipe_flags(sft_batch_size=32, sft_learning_rate=2e-3, rl_steps=40, rl_batch_size=16)
+class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+    """Math RL with format and correctness rewards; calling it runs it. ``P``: problems per RL
+    step (``rl_batch_size``), ``G``: samples per problem (``group_size``); ``eval_samples``:
+    answers per held-out problem at temperature 1, per evaluation seed.
 
     The defaults are the measured run of docs/recipes/math-rl.md (the tiny model on the shipped
     word problems); the test runs a tiny budget.
@@ -85,37 +93,26 @@ class MathRLRecipe(RecipeConfig):
     instruction: str | None = None
     """Appended to every question; default: none for the tiny model (it learns the format from
     the SFT warm-up), ``DEFAULT_INSTRUCTION`` ("Put the final answer in \\boxed{}.") otherwise."""
-    sft_steps: int | None = None
+    # Three shared flags whose default depends on the model (None: resolved in ``run``).
+    sft_steps: int | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
     """SFT warm-up steps on the training split's solutions; default 300 for the tiny model (it
     starts from random weights), 0 (none) otherwise."""
-    sft_batch_size: int = 32
-    sft_learning_rate: float = 2e-3
     sft_weight_decay: float = 0.1
-    rl_steps: int = 40
-    rl_batch_size: int = 16
-    """Problems per RL step (``P``)."""
-    group_size: int = 8
-    """Samples per problem (``G``)."""
-    rl_learning_rate: float | None = None
+    rl_learning_rate: float | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
     """Default: 2e-4 for the tiny model, 4e-5 otherwise."""
     correct_weight: float = 1.0
     format_weight: float = 0.1
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
     """Tokens per answer; default 32 for the tiny model, 1024 otherwise."""
-    eval_samples: int = 4
-    """Answers per held-out problem at temperature 1, per evaluation seed."""
     eval_seeds: int = 3
     """Evaluation seeds (the sampled accuracy is their mean; its spread their standard deviation)."""
     grader_timeout_s: float = 5.0
 
     NAME: ClassVar[str] = "math-rl"
-    POSITIVE: ClassVar[str] = (
-        "rl_steps rl_batch_size group_size n_test eval_samples eval_seeds sft_batch_size"
-    )
+    POSITIVE: ClassVar[str] = "n_test eval_seeds"
+    NON_NEGATIVE: ClassVar[str] = "sft_steps"
 
     def validate(self) -> None:
-        if self.sft_steps is not None and self.sft_steps < 0:
-            raise ValueError(f"MathRLRecipe.sft_steps (--sft-steps) must be >= 0, got {self.sft_steps}")
         self.task()  # validates the dataset names
 
     @property

@@ -106,14 +106,13 @@ class RLHFRecipe(PreferenceRecipe):
 
     NAME: ClassVar[str] = "rlhf"
     POSITIVE: ClassVar[str] = "rm_steps rm_batch_size rl_steps rl_prompts eval_samples"
+    NON_NEGATIVE: ClassVar[str] = "kl_coef"
 
     def validate(self) -> None:
         if self.group_size < 2:
             raise ValueError(
                 f"RLHFRecipe.group_size (--group-size) must be >= 2 for a tournament, got {self.group_size}"
             )
-        if self.kl_coef < 0:
-            raise ValueError(f"RLHFRecipe.kl_coef (--kl-coef) must be >= 0, got {self.kl_coef}")
         super().validate()
 
     async def after_sft(

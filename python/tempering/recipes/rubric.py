@@ -40,7 +40,6 @@ __all__ = ["RubricRecipe"]
 @recipe_flags(
     sft_steps=300,
     sft_batch_size=32,
-    sft_learning_rate=2e-3,
     rl_steps=20,
     rl_batch_size=8,
     group_size=8,
@@ -65,7 +64,7 @@ class RubricRecipe(AgentRecipe):
     eval_questions: int = 100
     """Held-out questions evaluated (the single-turn ones of ``arithmetic_chat_test.jsonl``: 58)."""
 
-    POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions eval_samples"
+    POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions"
 
     def validate(self) -> None:
         if self.judge_sft_steps < 0:

@@ -76,9 +76,7 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
     """Games against the random player per side (X and O), before and after RL."""
 
     NAME: ClassVar[str] = "tic-tac-toe"
-    POSITIVE: ClassVar[str] = (
-        "sft_games sft_steps sft_batch_size rl_steps rl_batch_size games_per_group max_tokens eval_games"
-    )
+    POSITIVE: ClassVar[str] = "sft_games sft_steps games_per_group max_tokens eval_games"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         renderer = self.renderer()

@@ -42,7 +42,7 @@ from tempering_protocols import RLDatasetBuilder, SamplingClient
 __all__ = ["ToolUseRecipe"]
 
 
-@recipe_flags(sft_steps=150, sft_learning_rate=2e-3, rl_steps=8, max_tokens=96, eval_samples=2)
+@recipe_flags(sft_steps=150, rl_steps=8, max_tokens=96, eval_samples=2)
 class ToolUseRecipe(AgentRecipe):
     """Tool use: SFT on scripted tool-using episodes, then multi-turn RL; calling it runs it.
     Figures: docs/recipes/tool-use.md; the test runs a tiny budget."""
@@ -56,7 +56,7 @@ class ToolUseRecipe(AgentRecipe):
     eval_questions: int = 5
     """Held-out questions per kind."""
 
-    POSITIVE: ClassVar[str] = "sft_examples max_turns eval_questions eval_samples"
+    POSITIVE: ClassVar[str] = "sft_examples max_turns eval_questions"
 
     def validate(self) -> None:
         if not 1 <= self.test_towns <= 50:

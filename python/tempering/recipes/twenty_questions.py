@@ -44,15 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["TwentyQuestionsRecipe"]
 
 
-@recipe_flags(
-    sft_steps=120,
-    sft_learning_rate=2e-3,
-    rl_steps=8,
-    rl_batch_size=2,
-    group_size=8,
-    max_tokens=40,
-    eval_samples=1,
-)
+@recipe_flags(sft_steps=120, rl_steps=8, rl_batch_size=2, group_size=8, max_tokens=40)
 class TwentyQuestionsRecipe(AgentRecipe):
     """Twenty questions: SFT on scripted games (both roles), then RL of the asker against the
     frozen answerer; calling it runs it. ``max_tokens``: per question (the tiny model's tokens are
@@ -68,7 +60,7 @@ class TwentyQuestionsRecipe(AgentRecipe):
     turn_cost: float = 0.02
     sft_games: int = 1000
 
-    POSITIVE: ClassVar[str] = "max_turns sft_games eval_samples"
+    POSITIVE: ClassVar[str] = "max_turns sft_games"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         words = load_words()
