@@ -12,7 +12,8 @@ the local engine.
 from __future__ import annotations
 
 import os
-from typing import Protocol, runtime_checkable
+import sys
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -22,6 +23,8 @@ from tempering_protocols import Future, Renderer, SamplingClient, Tokenizer, Tra
 __all__ = [
     "ModelConfig",
     "ServiceClient",
+    "SessionStatus",
+    "close_service",
     "load_renderer",
     "load_tokenizer",
     "service_client",
@@ -80,6 +83,25 @@ def service_client() -> ServiceClient:
             "pip install 'tempering[local]' (or set TINKER_API_KEY to use the hosted service)"
         ) from exc
     return LocalServiceClient()
+
+
+SessionStatus = Literal["success", "errored", "interrupted"]
+"""How a run ended, as the hosted service records it when a session is finished."""
+
+
+def close_service(service: object, status: SessionStatus = "success") -> None:
+    """End ``service``'s session: a ``tinker.ServiceClient`` (hosted, or ``tempering serve``)
+    finishes its session on the server with ``status`` and releases its connections (waited on
+    for up to 60 s); the local engine's client stops its worker thread. A client with no
+    ``close`` is left as it is."""
+    tinker = sys.modules.get("tinker")  # a tinker client exists only once tinker is imported
+    if tinker is not None and isinstance(service, tinker.ServiceClient):
+        hosted: Any = service
+        hosted.close(status).result(timeout=60)
+        return
+    close = getattr(service, "close", None)
+    if callable(close):
+        close()
 
 
 def load_tokenizer(base_model: str) -> Tokenizer:

@@ -17,30 +17,18 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncGenerator
 
 import attrs
 
-from tempering.backend import ServiceClient, service_client, uses_hosted_service
+from tempering.backend import ServiceClient, SessionStatus, close_service, service_client, uses_hosted_service
 from tempering.model_info import resolve_renderer_name
 from tempering_protocols import SamplingClient
 
 __all__ = ["ModelSource", "close_service"]
-
-
-def close_service(service: object) -> None:
-    """End a service client's session: the tinker SDK's ``close(status)`` (its session on the
-    server is finished), the local engine's ``close()`` (its worker thread stops)."""
-    import tinker
-
-    if isinstance(service, tinker.ServiceClient):
-        service.close("success").result(timeout=60)
-        return
-    close = getattr(service, "close", None)
-    if callable(close):
-        close()
 
 
 @attrs.frozen(kw_only=True, slots=False)  # not slotted: it is a mixin of tempering eval's config
@@ -91,11 +79,16 @@ class ModelSource:
     async def open(self) -> AsyncGenerator[SamplingClient]:
         """The sampling client of this model; the service client is closed on exit."""
         service = self.service()
+        status: SessionStatus = "errored"
         try:
             if self.model_path is not None:
                 client = await service.create_sampling_client(model_path=self.model_path)
             else:
                 client = await service.create_sampling_client(base_model=self.base_model)
             yield client
+            status = "success"
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            status = "interrupted"
+            raise
         finally:
-            close_service(service)
+            close_service(service, status)

@@ -49,8 +49,8 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
-from tempering.backend import load_tokenizer
-from tempering.evals.clients import ModelSource, close_service
+from tempering.backend import close_service, load_tokenizer
+from tempering.evals.clients import ModelSource
 from tempering.evals.stats import item_seed
 from tempering.renderers import get_renderer
 from tempering_protocols import Message, Renderer, SamplingClient

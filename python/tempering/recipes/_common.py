@@ -17,11 +17,13 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
 import shutil
 import time
+import warnings
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -30,7 +32,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 import attrs
 
-from tempering.backend import ServiceClient, load_renderer, service_client, uses_hosted_service
+from tempering.backend import (
+    ServiceClient,
+    SessionStatus,
+    close_service,
+    load_renderer,
+    service_client,
+    uses_hosted_service,
+)
 from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
@@ -258,13 +267,6 @@ def recipe_service(base_model: str) -> ServiceClient:
     return service_client()
 
 
-def close_service(service: ServiceClient) -> None:
-    """Stop the local engine's worker thread (the hosted client has no ``close``; nothing to do)."""
-    close = getattr(service, "close", None)
-    if callable(close):
-        close()
-
-
 def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
     """``lora_rank`` if given; else 0 (full fine-tuning) for the tiny model on the local engine,
     which starts from random weights, and 32 (LoRA) for any other model."""
@@ -395,7 +397,9 @@ async def recipe_session(
 ) -> AsyncGenerator[RecipeSession]:
     """Open a recipe's session: ``service`` (default :func:`~tempering.recipes._common.recipe_service`
     of ``base_model``, default ``config.base_model``), then the run directory ``config.out``
-    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits.
+    (replaced) or ``runs/<name>-<timestamp>``; the service is closed when the block exits (a
+    hosted or ``tempering serve`` session is finished as ``success``, ``errored`` or
+    ``interrupted``, as the block ended).
 
     Example::
 
@@ -406,8 +410,19 @@ async def recipe_session(
     t_start = time.monotonic()
     if service is None:
         service = recipe_service(base_model if base_model is not None else config.base_model)
+    status: SessionStatus = "errored"
     try:
         run_dir = prepare_run_dir(name, config.out)
         yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
+        status = "success"
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
     finally:
-        close_service(service)
+        try:
+            close_service(service, status)
+        except Exception as exc:
+            if status == "success":
+                raise
+            # the block's own error is the one to see; a failed close only gets a warning
+            warnings.warn(f"closing the service after an {status} run failed: {exc!r}", stacklevel=2)

@@ -178,8 +178,14 @@ def build_app(
         return JSONResponse({"status": "accepted"})
 
     async def finish(request: Request) -> Response:
-        await body(request)
-        engine.finish_session(request.path_params["session_id"])
+        session_id = request.path_params["session_id"]
+        reason, detail = _finish_reason(await body(request))
+        engine.finish_session(session_id)
+        # a run that ended in an error is worth a line in the server's log; a success is routine
+        level = logging.INFO if reason in ("success", "") else logging.WARNING
+        log.log(
+            level, "session %s finished by its client: %s%s", session_id, reason or "no reason given", detail
+        )
         return JSONResponse({})
 
     async def healthz(request: Request) -> Response:
@@ -344,6 +350,24 @@ async def _wait(result: ConcurrentFuture[Payload], timeout: float) -> None:
     result.add_done_callback(wake)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(ready.wait(), timeout)
+
+
+def _finish_reason(raw: bytes) -> tuple[str, str]:
+    """``(reason, ": detail")`` of a session-finish body (``{"reason": {"type": ...}, "detail":
+    ...}``); empty strings where the body has none (an older SDK sends no body)."""
+    try:
+        obj: Any = json.loads(raw or b"{}")
+    except ValueError:
+        return "", ""
+    if not isinstance(obj, dict):
+        return "", ""
+    reason: Any = obj.get("reason")  # pyright: ignore[reportUnknownMemberType]
+    kind: Any = reason.get("type") if isinstance(reason, dict) else None  # pyright: ignore[reportUnknownMemberType]
+    detail: Any = obj.get("detail")  # pyright: ignore[reportUnknownMemberType]
+    return (
+        kind if isinstance(kind, str) else "",
+        f": {detail}" if isinstance(detail, str) and detail else "",
+    )
 
 
 def _short(exc: pydantic.ValidationError) -> str:
