@@ -3,7 +3,8 @@ its end and finishes its session there, and a recipe that fails tells the server
 
 Before, the recipes closed the SDK's ``ServiceClient`` as if it were the local engine's
 (``close()`` without the status the SDK requires): every recipe on the hosted service failed
-with a ``TypeError`` after its last step."""
+with a ``TypeError`` after its last step; and SFT's evaluations used the SDK's future of a
+sampling client as the client, which blocks the event loop (the SDK warns of it)."""
 
 from __future__ import annotations
 
@@ -45,31 +46,54 @@ def _log_lines(server: ServerProcess, text: str) -> list[str]:
     return []
 
 
-def test_chat_sft_runs_on_serve_and_finishes_its_session(
-    server: ServerProcess, tiny_dir: Path, tmp_path: Path
-) -> None:
-    small = tmp_path / "chat_test_8.jsonl"
-    small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:8]))
-    out = tmp_path / "run"
-    env = {
+def _hosted_env(server: ServerProcess, tmp_path: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "TINKER_API_KEY": API_KEY,
         "TINKER_BASE_URL": server.url,
         "TEMPERING_HOME": str(tmp_path / "home"),
         "TEMPERING_NUM_THREADS": "1",
     }
+
+
+def test_chat_sft_runs_on_serve_and_finishes_its_session(
+    server: ServerProcess, tiny_dir: Path, tmp_path: Path
+) -> None:
+    small = tmp_path / "chat_test_8.jsonl"
+    small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:8]))
+    out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "recipe", "chat-sft", "--base-model", str(tiny_dir),
          "--steps", "3", "--batch-size", "4", "--eval-every", "0", "--show", "1", "--no-progress",
          "--test-path", str(small), "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=300, env=_hosted_env(server, tmp_path),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["recipe"] == "chat-sft"
     assert summary["sft_sampler_path"].startswith("tinker://")  # trained and saved on the server
     assert _open_sessions(server) == 0  # the recipe's session was finished, not left to expire
+    # the evaluations await the SDK's future of a sampling client instead of blocking the loop on it
+    assert "sync from async" not in proc.stderr.lower(), proc.stderr[-4000:]
     assert not _log_lines(server, "finished by its client: errored")
+
+
+def test_rl_runs_on_serve_without_blocking_on_the_sampler(
+    server: ServerProcess, tiny_dir: Path, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "rl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "rl", "--run.log-dir", str(log_dir), "--num-steps", "2",
+         "--max-tokens", "4", "--model.base-model", str(tiny_dir), "--model.lora-rank", "4",
+         "dataset:lowercase-task", "--dataset.base-model", str(tiny_dir), "--dataset.batch-size", "2",
+         "--dataset.group-size", "2"],
+        capture_output=True, text=True, timeout=300, env=_hosted_env(server, tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    steps = [json.loads(x)["step"] for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1]
+    # each step's sampler is the SDK's future, awaited; used as the client it would block the loop
+    assert "sync from async" not in proc.stderr.lower(), proc.stderr[-4000:]
 
 
 def test_a_failing_recipe_finishes_its_session_as_errored(

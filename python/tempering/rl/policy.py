@@ -107,8 +107,8 @@ class TinkerTokenCompleter:
 
     Example::
 
-        policy = TinkerTokenCompleter(training_client.save_weights_and_get_sampling_client(),
-                                      max_tokens=32, temperature=1.0, version=3)
+        sampler = await saved_sampling_client(training_client)  # tempering.training.loop
+        policy = TinkerTokenCompleter(sampler, max_tokens=32, temperature=1.0, version=3)
     """
 
     sampling_client: SamplingClient

@@ -358,7 +358,7 @@ class _Run:
                 substeps.append(sub)
         raise_if_every_rollout_failed(used, step)
         # The weights after this step sample the next one (queued behind its optim_step).
-        self.policy = self._policy(self.loop.sampling_client(), step + 1)
+        self.policy = self._policy(await self.loop.sampling_client(), step + 1)
         await self.async_groups.submitted(step + 1)
         metrics = rollout_metrics(used) | executor_metrics(self.executor)
         n_stale = self.async_groups.stale.n_stale - stale_before

@@ -36,7 +36,7 @@ from tempering.training import (
     TrainingLoop,
     TrainResult,
 )
-from tempering.training.loop import run_to_end, step_line
+from tempering.training.loop import run_to_end, saved_sampling_client, step_line
 from tempering_protocols import (
     SamplingClientEvaluator,
     SupervisedDataset,
@@ -98,7 +98,7 @@ async def _evaluate(
     for evaluator in training_evaluators:
         out |= await evaluator(client)
     if sampling_evaluators:
-        sampler = client.save_weights_and_get_sampling_client()
+        sampler = await saved_sampling_client(client)
         for evaluator in sampling_evaluators:
             out |= await evaluator(sampler)
     return out

@@ -38,12 +38,13 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from tinker import types as ttypes
@@ -64,6 +65,7 @@ __all__ = [
     "eval_due",
     "run_pipelined",
     "run_to_end",
+    "saved_sampling_client",
     "step_line",
 ]
 
@@ -142,6 +144,18 @@ class _PendingCheckpoint:
         state_path = (await self.future).path
         sampler_path = None if self.sampler is None else (await self.sampler).path
         return attrs.evolve(self.record, state_path=state_path, sampler_path=sampler_path)
+
+
+async def saved_sampling_client(client: TrainingClient) -> SamplingClient:
+    """``client.save_weights_and_get_sampling_client()``, usable from async code.
+
+    The local engine's client comes back at once (its requests wait for the snapshot). The
+    tinker SDK returns a future of the client; it is awaited here, since using it as the client
+    before it resolves would block the event loop (the SDK warns "calling sync from async")."""
+    sampler = client.save_weights_and_get_sampling_client()
+    if inspect.isawaitable(sampler):
+        return cast(SamplingClient, await sampler)
+    return sampler
 
 
 class TrainingLoop:
@@ -334,9 +348,10 @@ class TrainingLoop:
             sink.close()
         self._sinks = []
 
-    def sampling_client(self) -> SamplingClient:
-        """A sampling client for the weights once the requests queued so far have run."""
-        return self.client.save_weights_and_get_sampling_client()
+    async def sampling_client(self) -> SamplingClient:
+        """A sampling client for the weights once the requests queued so far have run (see
+        :func:`saved_sampling_client`)."""
+        return await saved_sampling_client(self.client)
 
     async def initial_sampling_client(self) -> SamplingClient:
         """A sampling client for the weights the run starts from: on a resume from a checkpoint
@@ -345,7 +360,7 @@ class TrainingLoop:
         last = self.resumed_from
         if last is not None and last.sampler_path is not None and last.step == self.start_step:
             return await self.service.create_sampling_client(model_path=last.sampler_path)
-        return self.sampling_client()
+        return await self.sampling_client()
 
 
 async def run_pipelined(loop: TrainingLoop, submit: Callable[[int], Awaitable[PendingStep]]) -> None:
