@@ -11,8 +11,10 @@ the local engine.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import warnings
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -25,6 +27,7 @@ __all__ = [
     "ServiceClient",
     "SessionStatus",
     "close_service",
+    "end_session",
     "load_renderer",
     "load_tokenizer",
     "service_client",
@@ -102,6 +105,24 @@ def close_service(service: object, status: SessionStatus = "success") -> None:
     close = getattr(service, "close", None)
     if callable(close):
         close()
+
+
+def end_session(service: object, error: BaseException | None) -> None:
+    """:func:`close_service` with the status of how the work on ``service`` ended: ``error``
+    ``None`` is ``success``; ``KeyboardInterrupt``, a cancellation or a closed generator is
+    ``interrupted``; any other error ``errored``. After an error, a close that fails is only a
+    warning, so ``error`` stays the one the caller sees."""
+    status: SessionStatus = "success"
+    if isinstance(error, (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)):
+        status = "interrupted"
+    elif error is not None:
+        status = "errored"
+    try:
+        close_service(service, status)
+    except Exception as exc:
+        if error is None:
+            raise
+        warnings.warn(f"closing the service after an {status} run failed: {exc!r}", stacklevel=2)
 
 
 def load_tokenizer(base_model: str) -> Tokenizer:

@@ -1,5 +1,6 @@
-"""Recipes on a Tinker-compatible server (``tempering serve``, the official SDK): a recipe runs to
-its end and finishes its session there, and a recipe that fails tells the server so.
+"""Recipes and trainers on a Tinker-compatible server (``tempering serve``, the official SDK): a
+recipe or ``tempering rl`` runs to its end and finishes its session there, and a recipe that
+fails tells the server so.
 
 Before, the recipes closed the SDK's ``ServiceClient`` as if it were the local engine's
 (``close()`` without the status the SDK requires): every recipe on the hosted service failed
@@ -78,7 +79,7 @@ def test_chat_sft_runs_on_serve_and_finishes_its_session(
     assert not _log_lines(server, "finished by its client: errored")
 
 
-def test_rl_runs_on_serve_without_blocking_on_the_sampler(
+def test_rl_runs_on_serve_and_finishes_its_session(
     server: ServerProcess, tiny_dir: Path, tmp_path: Path
 ) -> None:
     log_dir = tmp_path / "rl"
@@ -92,6 +93,7 @@ def test_rl_runs_on_serve_without_blocking_on_the_sampler(
     assert proc.returncode == 0, proc.stderr[-4000:]
     steps = [json.loads(x)["step"] for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1]
+    assert _open_sessions(server) == 0  # the trainer finished the session of the service it made
     # each step's sampler is the SDK's future, awaited; used as the client it would block the loop
     assert "sync from async" not in proc.stderr.lower(), proc.stderr[-4000:]
 

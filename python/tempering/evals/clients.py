@@ -17,14 +17,13 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncGenerator
 
 import attrs
 
-from tempering.backend import ServiceClient, SessionStatus, close_service, service_client, uses_hosted_service
+from tempering.backend import ServiceClient, close_service, end_session, service_client, uses_hosted_service
 from tempering.model_info import resolve_renderer_name
 from tempering_protocols import SamplingClient
 
@@ -79,16 +78,15 @@ class ModelSource:
     async def open(self) -> AsyncGenerator[SamplingClient]:
         """The sampling client of this model; the service client is closed on exit."""
         service = self.service()
-        status: SessionStatus = "errored"
+        error: BaseException | None = None
         try:
             if self.model_path is not None:
                 client = await service.create_sampling_client(model_path=self.model_path)
             else:
                 client = await service.create_sampling_client(base_model=self.base_model)
             yield client
-            status = "success"
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            status = "interrupted"
+        except BaseException as exc:
+            error = exc
             raise
         finally:
-            close_service(service, status)
+            end_session(service, error)

@@ -17,13 +17,11 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import math
 import shutil
 import time
-import warnings
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -34,8 +32,7 @@ import attrs
 
 from tempering.backend import (
     ServiceClient,
-    SessionStatus,
-    close_service,
+    end_session,
     load_renderer,
     service_client,
     uses_hosted_service,
@@ -55,7 +52,6 @@ __all__ = [
     "RecipeResult",
     "RecipeSession",
     "SFTFlags",
-    "close_service",
     "default_learning_rate",
     "default_lora_rank",
     "finish",
@@ -410,19 +406,12 @@ async def recipe_session(
     t_start = time.monotonic()
     if service is None:
         service = recipe_service(base_model if base_model is not None else config.base_model)
-    status: SessionStatus = "errored"
+    error: BaseException | None = None
     try:
         run_dir = prepare_run_dir(name, config.out)
         yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
-        status = "success"
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        status = "interrupted"
+    except BaseException as exc:
+        error = exc
         raise
     finally:
-        try:
-            close_service(service, status)
-        except Exception as exc:
-            if status == "success":
-                raise
-            # the block's own error is the one to see; a failed close only gets a warning
-            warnings.warn(f"closing the service after an {status} run failed: {exc!r}", stacklevel=2)
+        end_session(service, error)

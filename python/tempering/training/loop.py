@@ -49,7 +49,7 @@ from typing import Any, cast
 import attrs
 from tinker import types as ttypes
 
-from tempering.backend import ModelConfig, ServiceClient, service_client
+from tempering.backend import ModelConfig, ServiceClient, end_session, service_client
 from tempering.training.loggers import MetricSink, make_sinks
 from tempering.training.progress import ProgressBar
 from tempering.training.retention import checkpoint_remover, prune_run
@@ -165,7 +165,7 @@ class TrainingLoop:
     (:class:`RunDir`), ``start_step`` (the first step this process runs), ``total_steps``,
     ``batches_per_epoch``, ``resumed``, ``resumed_from`` (the checkpoint record the run resumed
     from, else ``None``), ``save_sampler_weights`` (whether periodic checkpoints save sampler
-    weights).
+    weights), ``owns_service`` (whether the loop created ``service`` and closes it on exit).
     """
 
     def __init__(
@@ -183,9 +183,11 @@ class TrainingLoop:
         progress_keys: Sequence[str],
         save_sampler_weights: bool = False,
         resumed_from: CheckpointRecord | None = None,
+        owns_service: bool = False,
     ) -> None:
         self.client = client
         self.service = service
+        self.owns_service = owns_service
         self.run_dir = run_dir
         self.run = run
         self.start_step = start_step
@@ -223,40 +225,49 @@ class TrainingLoop:
         run_dir, resumed = RunDir.open(
             run.log_dir, config, run.if_exists, ignore_on_resume=frozenset({"run"})
         )
+        owns_service = service is None  # then the loop ends its session on exit
         service = service if service is not None else service_client()
-        last = run_dir.last_checkpoint() if resumed else None
-        if last is not None:
-            try:
-                client = await service.create_training_client_from_state_with_optimizer(last.state_path)
-            except Exception as exc:  # missing, truncated: name it, offer the previous one
-                raise run_dir.unreadable_checkpoint(last, exc) from exc
-            start_step = last.step
-        else:
-            client = await model.create_training_client(service)
-            start_step = 0
-        run_dir.truncate_metrics(start_step)
-        sinks = make_sinks(
-            run_dir.path,
-            config_to_json(config),
-            wandb_project=run.wandb_project,
-            tensorboard=run.tensorboard,
-        )
-        return cls(
-            client=client,
-            service=service,
-            run_dir=run_dir,
-            run=run,
-            start_step=start_step,
-            total_steps=total_steps,
-            batches_per_epoch=batches_per_epoch,
-            resumed=resumed,
-            sinks=sinks,
-            progress_keys=progress_keys,
-            save_sampler_weights=(
-                sampler_weights_by_default if run.save_sampler_weights is None else run.save_sampler_weights
-            ),
-            resumed_from=last,
-        )
+        try:
+            last = run_dir.last_checkpoint() if resumed else None
+            if last is not None:
+                try:
+                    client = await service.create_training_client_from_state_with_optimizer(last.state_path)
+                except Exception as exc:  # missing, truncated: name it, offer the previous one
+                    raise run_dir.unreadable_checkpoint(last, exc) from exc
+                start_step = last.step
+            else:
+                client = await model.create_training_client(service)
+                start_step = 0
+            run_dir.truncate_metrics(start_step)
+            sinks = make_sinks(
+                run_dir.path,
+                config_to_json(config),
+                wandb_project=run.wandb_project,
+                tensorboard=run.tensorboard,
+            )
+            return cls(
+                client=client,
+                service=service,
+                run_dir=run_dir,
+                run=run,
+                start_step=start_step,
+                total_steps=total_steps,
+                batches_per_epoch=batches_per_epoch,
+                resumed=resumed,
+                sinks=sinks,
+                progress_keys=progress_keys,
+                save_sampler_weights=(
+                    sampler_weights_by_default
+                    if run.save_sampler_weights is None
+                    else run.save_sampler_weights
+                ),
+                resumed_from=last,
+                owns_service=owns_service,
+            )
+        except BaseException as exc:
+            if owns_service:
+                end_session(service, exc)
+            raise
 
     @property
     def path(self) -> Path:
@@ -337,10 +348,15 @@ class TrainingLoop:
     async def __aenter__(self) -> TrainingLoop:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         """Close the sinks and the progress bar, also when the run failed (a run that
-        finished has closed them already; closing twice is harmless)."""
+        finished has closed them already; closing twice is harmless). A service the loop
+        created itself (:meth:`open` without ``service``) is closed too: a hosted session is
+        finished as ``success``, ``errored`` or ``interrupted``."""
         self.close()
+        if self.owns_service:
+            self.owns_service = False
+            end_session(self.service, exc)
 
     def close(self) -> None:
         self._bar.close()
