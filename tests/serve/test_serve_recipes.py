@@ -63,6 +63,7 @@ def test_chat_sft_runs_on_serve_and_finishes_its_session(
     small = tmp_path / "chat_test_8.jsonl"
     small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:8]))
     out = tmp_path / "run"
+    before, log_start = _open_sessions(server), len(server.log)  # other tests share the server
     proc = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "recipe", "chat-sft", "--base-model", str(tiny_dir),
          "--steps", "3", "--batch-size", "4", "--eval-every", "0", "--show", "1", "--no-progress",
@@ -73,16 +74,17 @@ def test_chat_sft_runs_on_serve_and_finishes_its_session(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["recipe"] == "chat-sft"
     assert summary["sft_sampler_path"].startswith("tinker://")  # trained and saved on the server
-    assert _open_sessions(server) == 0  # the recipe's session was finished, not left to expire
+    assert _open_sessions(server) == before  # the recipe's session was finished, not left to expire
     # the evaluations await the SDK's future of a sampling client instead of blocking the loop on it
     assert "sync from async" not in proc.stderr.lower(), proc.stderr[-4000:]
-    assert not _log_lines(server, "finished by its client: errored")
+    assert not any("finished by its client: errored" in line for line in server.log[log_start:])
 
 
 def test_rl_runs_on_serve_and_finishes_its_session(
     server: ServerProcess, tiny_dir: Path, tmp_path: Path
 ) -> None:
     log_dir = tmp_path / "rl"
+    before = _open_sessions(server)
     proc = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "rl", "--run.log-dir", str(log_dir), "--num-steps", "2",
          "--max-tokens", "4", "--model.base-model", str(tiny_dir), "--model.lora-rank", "4",
@@ -93,7 +95,7 @@ def test_rl_runs_on_serve_and_finishes_its_session(
     assert proc.returncode == 0, proc.stderr[-4000:]
     steps = [json.loads(x)["step"] for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1]
-    assert _open_sessions(server) == 0  # the trainer finished the session of the service it made
+    assert _open_sessions(server) == before  # the trainer finished the session of the service it made
     # each step's sampler is the SDK's future, awaited; used as the client it would block the loop
     assert "sync from async" not in proc.stderr.lower(), proc.stderr[-4000:]
 
@@ -101,17 +103,18 @@ def test_rl_runs_on_serve_and_finishes_its_session(
 def test_a_failing_recipe_finishes_its_session_as_errored(
     server: ServerProcess, tiny_dir: Path, tmp_path: Path
 ) -> None:
+    before = _open_sessions(server)
     service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
     config = SimpleNamespace(out=str(tmp_path / "run"), progress=False)
 
     async def go() -> None:
         async with recipe_session("failing", config, service=service) as s:
             await s.service.create_sampling_client(base_model=str(tiny_dir))
-            assert _open_sessions(server) >= 1
+            assert _open_sessions(server) == before + 1
             raise RuntimeError("the recipe's own error")
 
     with pytest.raises(RuntimeError, match="the recipe's own error"):  # not hidden by the close
         asyncio.run(go())
     assert _log_lines(server, "finished by its client: errored")
-    assert _open_sessions(server) == 0
+    assert _open_sessions(server) == before
     assert (tmp_path / "run").is_dir()  # what the recipe had written stays
