@@ -165,9 +165,11 @@ class ModelConfig:
     """
 
     base_model: str = "tempering/tiny"
+    """A listed model name, a local Hugging Face directory, or ``tempering/tiny``."""
     lora_rank: int = 8
     """LoRA rank; ``0`` trains every parameter (full fine-tuning, local engine only)."""
     seed: int = 0
+    """Initialises the LoRA adapter."""
     renderer_name: str | None = None
     """The renderer (``tempering.renderers.get_renderer``) that matches the model's chat format.
     Not given: the one ``tempering.model_info`` recommends for ``base_model`` (``chatml`` for a

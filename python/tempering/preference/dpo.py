@@ -184,8 +184,11 @@ class DPOConfig:
     data: ComparisonData = attrs.field(factory=ComparisonData)
     adam: AdamConfig = attrs.field(factory=_dpo_adam)
     beta: float = 0.1
+    """DPO's inverse temperature: how far the policy may move from the reference."""
     num_epochs: int = 1
+    """Passes over the training pairs."""
     max_steps: int | None = None
+    """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
         return await _train_dpo(self, service)

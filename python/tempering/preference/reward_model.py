@@ -220,7 +220,9 @@ class RewardModelConfig:
     data: ComparisonData = attrs.field(factory=ComparisonData)
     adam: AdamConfig = attrs.field(factory=_rm_adam)
     num_epochs: int = 1
+    """Passes over the training pairs (each pair gives two verdict examples)."""
     max_steps: int | None = None
+    """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
         tokenizer = self.model.tokenizer()

@@ -118,21 +118,32 @@ class RLConfig:
     max_tokens: int = 64
     """Tokens per sampled turn."""
     temperature: float = 1.0
+    """Sampling temperature of every rollout turn."""
     loss_fn: LossName = "importance_sampling"
+    """The policy-gradient loss (docs/rl.md, Losses)."""
     loss_fn_config: Mapping[str, float] | None = None
+    """The loss's settings (clip thresholds, beta, kl_coeff); ``None``: its defaults."""
     normalize_advantages: bool = False
+    """Divide each group's advantages by their standard deviation."""
     baseline: Baseline = "mean"
+    """A member's advantage is its reward minus the group's mean, or the others' mean (``loo``)."""
     schedule: Schedule = "sync"
+    """When sampled groups train: ``sync``, ``streaming`` or ``async`` (docs/rl.md)."""
     num_substeps: int = 1
+    """Optimizer steps per batch, each on its share of the batch's groups."""
     max_steps_off_policy: int = 1
+    """With ``schedule=async``: how many steps older than the trained weights a group may be."""
     stale_policy: StalePolicy = "drop"
+    """With ``schedule=async``: drop a group older than that, or sample it again."""
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
     kl_penalty_coef: float = 0.0
+    """Weight of the per-token KL penalty against ``kl_reference`` (0: off)."""
     kl_reference: str | None = None
     """Sampler weights path of the KL reference; ``None``: the base model."""
     distill_teacher: str | None = None
     """Sampler weights path of a teacher for on-policy distillation (``None``: off)."""
     distill_coef: float = 1.0
+    """Weight of the teacher's per-token reverse KL in the advantage."""
     env_workers: int = 0
     """0: env work in the event loop; ``n > 0``: in ``n`` worker processes."""
     ray_workers: int = 0

@@ -257,7 +257,9 @@ class SFTConfig:
     data: ChatData = attrs.field(factory=ChatData)
     adam: AdamConfig = attrs.field(factory=_sft_adam)
     num_epochs: int = 1
+    """Passes over the training data."""
     max_steps: int | None = None
+    """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
     evals: EvalSuite = attrs.field(factory=EvalSuite)
     """Benchmarks run on the sampler weights with the held-out NLL (before the first step, every
     ``run.eval_every`` steps, after the last), e.g. ``--evals.benchmarks gsm8k``; docs/evals.md."""

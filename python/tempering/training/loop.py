@@ -102,25 +102,28 @@ def _check_keep_last(value: int | None) -> None:
 class RunConfig:
     """Where a run writes and how often it checkpoints and evaluates.
 
-    ``if_exists``: what to do when ``log_dir`` already holds a run: ``"resume"`` (the default:
-    continue from its last checkpoint, only if its config equals this one), ``"refuse"``, or
-    ``"overwrite"``. Never an interactive prompt. ``save_every``/``eval_every``: in optimizer
-    steps (0: only at the end). ``wandb_project``/``tensorboard``: extra metric sinks, off unless
-    asked for. ``save_sampler_weights``: whether a periodic checkpoint also saves sampler weights
-    (``save_weights_for_sampler``) and records their path (``sampler_path``) in its index entry;
-    ``None`` (the default) leaves it to the trainer: on for RL, off for SFT, DPO and reward
-    models. The final checkpoint always has sampler weights.
+    A resume continues from the last checkpoint, and only when the config equals the recorded
+    one; there is never an interactive prompt. A periodic checkpoint with sampler weights records
+    their path (``sampler_path``) in its index entry; the final checkpoint always has them.
     """
 
     log_dir: str
+    """The run directory: config, metrics.jsonl, checkpoints.jsonl, logs."""
     if_exists: IfExists = "resume"
+    """When ``log_dir`` holds a run: ``resume`` it (same config only), ``refuse`` or ``overwrite``."""
     save_every: int = 20
+    """Checkpoint every this many optimizer steps (0: only at the end)."""
     eval_every: int = 10
+    """Evaluate every this many optimizer steps (0: only at the end)."""
     wandb_project: str | None = None
+    """Also log metrics to this Weights & Biases project (``pip install 'tempering[logging]'``)."""
     tensorboard: bool = False
+    """Also write TensorBoard event files under ``log_dir/logs`` (``pip install 'tempering[logging]'``)."""
     progress: bool = True
+    """Show a progress bar on a terminal (plain periodic lines elsewhere)."""
     save_sampler_weights: bool | None = None
-    """Periodic checkpoints also save sampler weights; ``None``: the trainer's default (RL on)."""
+    """Periodic checkpoints also save sampler weights; ``None``: the trainer's default (on for RL,
+    off for SFT, DPO and reward models)."""
     keep_last: int | None = attrs.field(default=None, validator=lambda _i, _a, v: _check_keep_last(v))
     """Keep only the newest ``keep_last`` periodic checkpoints (deleting the older ones' files
     and index entries after each save); the final checkpoint and the newest one, which a resume

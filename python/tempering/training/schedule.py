@@ -44,8 +44,11 @@ class LRSchedule:
     """
 
     kind: ScheduleKind = "linear"
+    """The decay after warmup: ``constant``, ``linear`` or ``cosine``."""
     warmup_steps: int = 0
+    """Steps of linear warmup."""
     min_lr_ratio: float = attrs.field(default=0.0, validator=_non_negative)
+    """The multiplier the decay ends at."""
 
     def multiplier(self, step: int, total_steps: int) -> float:
         """The factor on the base learning rate at ``step`` (0-based) of ``total_steps``."""
@@ -73,11 +76,17 @@ class AdamConfig:
     """
 
     learning_rate: float = attrs.field(default=1e-4, validator=_non_negative)
+    """The peak learning rate; ``schedule`` scales it per step."""
     beta1: float = attrs.field(default=0.9, validator=_beta)
+    """Decay of the gradient's moving average."""
     beta2: float = attrs.field(default=0.95, validator=_beta)
+    """Decay of the squared gradient's moving average."""
     eps: float = attrs.field(default=1e-8, validator=_non_negative)
+    """Added to the denominator for stability."""
     weight_decay: float = attrs.field(default=0.0, validator=_non_negative)
+    """Decoupled weight decay (AdamW)."""
     grad_clip_norm: float = attrs.field(default=0.0, validator=_non_negative)
+    """Clip the global gradient norm to this; 0: no clipping."""
     schedule: LRSchedule = LRSchedule()
 
     def lr(self, step: int, total_steps: int) -> float:
