@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from tempering.backend import load_renderer
 from tempering.envs.problem import (
     Grader,
     Problem,
@@ -28,6 +27,7 @@ from tempering.envs.problem import (
     first_number_match,
     lowercase_fraction,
 )
+from tempering.envs.task_base import PolicyTask
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticTask", "LowercaseTask"]
@@ -36,17 +36,20 @@ _LOWERCASE_PROMPTS = ("Reply in lowercase.", "Say a word.", "Write letters.", "A
 
 
 @attrs.frozen(kw_only=True)
-class LowercaseTask:
+class LowercaseTask(PolicyTask):
     """``batch_size`` prompts × ``group_size`` samples, rewarded by the fraction of lowercase
     letters in the reply; the test set is the same prompts (``n_test_batches`` batches)."""
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     batch_size: int = 4
+    """Prompts per training batch."""
     group_size: int = 8
+    """Replies sampled per prompt (one group)."""
     n_batches: int = 1000
+    """Training batches."""
     n_test_batches: int = 1
+    """Test batches (the same prompts, sampled with seed + 1)."""
     seed: int = 0
+    """Seeds the batch order."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
@@ -55,16 +58,18 @@ class LowercaseTask:
 
 
 @attrs.frozen(kw_only=True)
-class ArithmeticTask:
+class ArithmeticTask(PolicyTask):
     """The shipped arithmetic questions (``tempering.assets``): first user turn → reference
     answer, graded by :func:`first_number_match`; the held-out file is the test set."""
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     batch_size: int = 16
+    """Questions per training batch."""
     group_size: int = 8
+    """Replies sampled per question (one group; the test set's too)."""
     n_batches: int | None = None
+    """Training batches (default: one pass over the questions)."""
     seed: int = 0
+    """Seeds the batch order; the test set samples with seed + 1."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         from tempering import assets
@@ -87,10 +92,9 @@ def _train_set(
     task: LowercaseTask | ArithmeticTask, problems: Sequence[Problem], grader: Grader, *, tag: str
 ) -> ProblemDataset:
     """``problems`` graded by ``grader`` in ``task``'s renderer, batches, groups and seed."""
-    renderer = load_renderer(task.base_model, task.renderer_name)
     return ProblemDataset(
         problems,
-        renderer,
+        task.renderer(),
         grader,
         batch_size=task.batch_size,
         group_size=task.group_size,
