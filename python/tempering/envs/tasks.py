@@ -27,10 +27,10 @@ from tempering.envs.problem import (
     first_number_match,
     lowercase_fraction,
 )
-from tempering.envs.task_base import PolicyTask
+from tempering.envs.task_base import HeldOutTask, PolicyTask
 from tempering_protocols import RLDataset
 
-__all__ = ["ArithmeticTask", "LowercaseTask"]
+__all__ = ["ArithmeticTask", "LowercaseTask", "problem_dataset"]
 
 _LOWERCASE_PROMPTS = ("Reply in lowercase.", "Say a word.", "Write letters.", "Answer quietly.")
 
@@ -53,7 +53,7 @@ class LowercaseTask(PolicyTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
-        train = attrs.evolve(_train_set(self, problems, lowercase_fraction, tag="lowercase"), format_coef=0.0)
+        train = problem_dataset(self, problems, lowercase_fraction, tag="lowercase", format_coef=0.0)
         return train, attrs.evolve(train, n_batches=self.n_test_batches, seed=self.seed + 1)
 
 
@@ -84,14 +84,19 @@ class ArithmeticTask(PolicyTask):
             return out
 
         test_items = problems("arithmetic_chat_test.jsonl")
-        train = _train_set(self, problems("arithmetic_chat.jsonl"), first_number_match, tag="arithmetic")
+        train = problem_dataset(self, problems("arithmetic_chat.jsonl"), first_number_match, tag="arithmetic")
         return train, attrs.evolve(train, problems=test_items, n_batches=1, seed=self.seed + 1)
 
 
-def _train_set(
-    task: LowercaseTask | ArithmeticTask, problems: Sequence[Problem], grader: Grader, *, tag: str
+def problem_dataset(
+    task: LowercaseTask | ArithmeticTask | HeldOutTask,
+    problems: Sequence[Problem],
+    grader: Grader,
+    *,
+    tag: str,
+    format_coef: float = 0.1,
 ) -> ProblemDataset:
-    """``problems`` graded by ``grader`` in ``task``'s renderer, batches, groups and seed."""
+    """``problems`` graded by ``grader``, in ``task``'s renderer, batches, groups and seed."""
     return ProblemDataset(
         problems,
         task.renderer(),
@@ -100,5 +105,6 @@ def _train_set(
         group_size=task.group_size,
         seed=task.seed,
         n_batches=task.n_batches,
+        format_coef=format_coef,
         tag=tag,
     )
