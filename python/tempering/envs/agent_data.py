@@ -20,7 +20,8 @@ import numpy as np
 
 from tempering.backend import ServiceClient, load_renderer, service_client
 from tempering.envs.completer import SamplingMessageCompleter
-from tempering_protocols import EnvGroupBuilder, Message, Renderer, RLDataset
+from tempering.envs.task_base import PolicyTask
+from tempering_protocols import EnvGroupBuilder, Message, RLDataset
 
 __all__ = ["AgentTask", "FixedGroups", "sampled_completer", "write_chats"]
 
@@ -83,25 +84,25 @@ async def sampled_completer(
 
 
 @attrs.frozen(kw_only=True)
-class AgentTask:
+class AgentTask(PolicyTask):
     """The fields an agent task (an ``RLDatasetBuilder``) shares: the policy's model and chat
     format, ``n_batches`` training batches of ``batch_size`` groups of ``group_size``, a test set
     of ``eval_samples`` episodes per item (only with ``test``; a recipe that evaluates by itself
     passes ``False``), and the ``service`` that serves a judge or an answerer."""
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     batch_size: int = 8
+    """Groups per training batch."""
     group_size: int = 8
+    """Episodes per training item (one group)."""
     eval_samples: int = 2
+    """Episodes per test item."""
     n_batches: int = 10
+    """Training batches."""
     seed: int = 0
+    """Seeds the batch order."""
     test: bool = True
+    """Build the test set (a recipe that evaluates by itself passes False)."""
     service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
-
-    def renderer(self) -> Renderer:
-        """The policy's renderer."""
-        return load_renderer(self.base_model, self.renderer_name)
 
     async def helper_completer(
         self, *, model: str | None, path: str | None, renderer_name: str | None, max_tokens: int

@@ -27,8 +27,9 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from tempering.backend import load_renderer
-from tempering.envs.problem import Problem, ProblemDataset, exact_match, held_out
+from tempering.envs.problem import Problem, exact_match
+from tempering.envs.task_base import HeldOutTask
+from tempering.envs.tasks import problem_dataset
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticProblems", "ScaledExactMatch", "all_problems", "split_problems", "write_chat_jsonl"]
@@ -95,7 +96,7 @@ class ScaledExactMatch:
 
 
 @attrs.frozen(kw_only=True)
-class ArithmeticProblems:
+class ArithmeticProblems(HeldOutTask):
     """The demo's RL task: ``batch_size`` training problems × ``group_size`` samples per step,
     reward ``reward_coef`` for the exact answer and 0 otherwise (``format_coef`` 0: at the
     default coefficient the reward is accuracy); the test set is the held-out split of
@@ -111,15 +112,10 @@ class ArithmeticProblems:
         train, test = await ArithmeticProblems(batch_size=16, group_size=8)()
     """
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     seed: int = 0
     """Seeds the train/test split (the demo's with the same value) and the batch order."""
     n_test: int = 200
-    batch_size: int = 16
-    group_size: int = 8
-    test_group_size: int = 4
-    n_batches: int | None = None
+    """Held-out problems (the test set)."""
     reward_coef: float = 1.0
     """Reward of an exact answer (0: no task reward, e.g. for pure distillation)."""
 
@@ -131,20 +127,7 @@ class ArithmeticProblems:
             raise ValueError(f"ArithmeticProblems.test_group_size must be >= 0, got {self.test_group_size}")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = split_problems(seed=self.seed, n_test=self.n_test)
         grader = exact_match if self.reward_coef == 1.0 else ScaledExactMatch(self.reward_coef)
-        train_ds = ProblemDataset(
-            train,
-            renderer,
-            grader,
-            batch_size=self.batch_size,
-            group_size=self.group_size,
-            seed=self.seed,
-            n_batches=self.n_batches,
-            format_coef=0.0,
-            tag="arithmetic",
-        )
-        if self.test_group_size == 0:
-            return train_ds, None
-        return train_ds, held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)
+        train_ds = problem_dataset(self, train, grader, tag="arithmetic", format_coef=0.0)
+        return self.with_test(train_ds, test if self.test_group_size else None)

@@ -34,9 +34,9 @@ import attrs
 import numpy as np
 
 from tempering.assets import resolve_data_path
-from tempering.backend import load_renderer
 from tempering.data import RowError, parse_rows
-from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, held_out, prompt_messages
+from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
+from tempering.envs.task_base import HeldOutTask
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
 from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset, Sandbox
 
@@ -223,7 +223,7 @@ class CodeDataset(SeededBatches[CodeProblem]):
 
 
 @attrs.frozen(kw_only=True)
-class CodeTask:
+class CodeTask(HeldOutTask):
     """The code RL task (``RLDatasetBuilder``): the problems of ``problems_path`` split by
     ``seed`` (``n_test`` held out), ``batch_size`` problems × ``group_size`` replies per step;
     the test set is every held-out problem in one batch. Picklable.
@@ -233,28 +233,27 @@ class CodeTask:
         train, test = await CodeTask(batch_size=4, group_size=8, n_batches=20)()
     """
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     problems_path: str = CODE_PROBLEMS
+    """The problems file (a .jsonl path, or tempering-assets:NAME)."""
     n_test: int = 8
-    seed: int = 0
+    """Held-out problems (0: none, and the test set is the training problems)."""
     batch_size: int = 8
-    group_size: int = 8
-    test_group_size: int = 4
-    n_batches: int | None = None
+    """Problems per training batch."""
+    seed: int = 0
+    """Seeds the train/test split and the batch order; the test set samples with seed + 1."""
     grading: CodeGrading = attrs.field(factory=CodeGrading)
     system_prompt: str | None = CODE_SYSTEM_PROMPT
+    """The system message before each problem (None or empty: none)."""
 
     def problems(self) -> tuple[list[CodeProblem], list[CodeProblem]]:
         """``(train, test)`` problems of this task."""
         return split_code_problems(load_code_problems(self.problems_path), n_test=self.n_test, seed=self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.problems()
         train_ds = CodeDataset(
             train,
-            renderer,
+            self.renderer(),
             self.grading,
             self.batch_size,
             self.group_size,
@@ -262,5 +261,4 @@ class CodeTask:
             self.n_batches,
             self.system_prompt,
         )
-        test_ds = held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)
-        return train_ds, test_ds
+        return self.with_test(train_ds, test)

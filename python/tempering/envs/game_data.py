@@ -28,7 +28,6 @@ from typing import Literal
 
 import attrs
 
-from tempering.backend import load_renderer
 from tempering.envs.guess_number import (
     GuessNumberGame,
     GuessPolicy,
@@ -36,6 +35,7 @@ from tempering.envs.guess_number import (
     play_scripted,
     random_consistent_guess,
 )
+from tempering.envs.task_base import PolicyTask
 from tempering.envs.tic_tac_toe import (
     EMPTY,
     MARKS,
@@ -178,7 +178,7 @@ class _SelfPlayDataset:
 
 
 @attrs.frozen(kw_only=True)
-class SelfPlayTask:
+class SelfPlayTask(PolicyTask):
     """The RL dataset builder of tic-tac-toe self-play: ``batch_size`` groups of
     ``games_per_group`` games per step, ``n_batches`` steps; no test set (evaluate against a
     random player, :func:`tempering.rl.evaluate.evaluate_against_random`). Picklable.
@@ -188,18 +188,20 @@ class SelfPlayTask:
         train, _ = await SelfPlayTask(batch_size=4, games_per_group=4)()
     """
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     batch_size: int = 4
+    """Self-play groups per training batch."""
     games_per_group: int = 4
+    """Games per group (both players of each are members)."""
     n_batches: int = 1000
+    """Training batches."""
     illegal_reward: float = -1.0
+    """Reward of an illegal move (not a free cell's number, or unparsed); it loses the game."""
     turn_timeout_s: float = 120.0
+    """Seconds a player waits for the opponent's move before winning by forfeit."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = load_renderer(self.base_model, self.renderer_name)
         dataset = _SelfPlayDataset(
-            renderer,
+            self.renderer(),
             self.batch_size,
             self.games_per_group,
             self.n_batches,

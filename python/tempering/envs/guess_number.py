@@ -46,7 +46,6 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from tempering.backend import load_renderer
 from tempering.envs.guess_number_play import (
     INTEGER,
     GuessNumberStats,
@@ -58,6 +57,7 @@ from tempering.envs.guess_number_play import (
 )
 from tempering.envs.message import GameEnvAdapter, MessageStepResult
 from tempering.envs.problem import RepeatedEnvGroup
+from tempering.envs.task_base import PolicyTask
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -335,7 +335,7 @@ def split_secrets(low: int, high: int, n_test: int, seed: int) -> tuple[tuple[in
 
 
 @attrs.frozen(kw_only=True)
-class GuessNumberTask:
+class GuessNumberTask(PolicyTask):
     """The RL dataset builder: training secrets (``batch_size`` × ``group_size`` games per step),
     and the held-out secrets (``n_test_secrets``, seeded split; with 0, every secret) ×
     ``test_group_size`` games as the test set, in one batch. Picklable.
@@ -349,19 +349,28 @@ class GuessNumberTask:
         train, test = await GuessNumberTask(low=0, high=15, n_test_secrets=4, group_size=8)()
     """
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     low: int = 0
+    """The smallest secret."""
     high: int = 15
+    """The largest secret."""
     max_turns: int = 5
+    """Guesses per game."""
     turn_cost: float = 0.1
+    """Reward lost per extra guess: a find pays 1 - turn_cost * (guesses - 1)."""
     invalid_reward: float = -1.0
+    """Reward of a reply that is not a number from low to high (it ends the game)."""
     n_test_secrets: int = 0
+    """Secrets held out as the test set (0: the test set is every secret)."""
     seed: int = 0
+    """Seeds the secrets' split and the batch order; the test set samples with seed + 1."""
     batch_size: int = 8
+    """Training secrets per batch."""
     group_size: int = 8
+    """Games per training secret (one group)."""
     test_group_size: int = 8
+    """Games per test secret."""
     n_batches: int = 1000
+    """Training batches."""
 
     def __attrs_post_init__(self) -> None:
         _check_range(self.low, self.high, self.max_turns, "GuessNumberTask")
@@ -372,11 +381,10 @@ class GuessNumberTask:
         return split_secrets(self.low, self.high, self.n_test_secrets, self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = load_renderer(self.base_model, self.renderer_name)
         train, test = self.secrets()
         train_ds = GuessNumberDataset(
             train,
-            renderer,
+            self.renderer(),
             batch_size=self.batch_size,
             group_size=self.group_size,
             n_batches=self.n_batches,

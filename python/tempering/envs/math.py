@@ -32,9 +32,9 @@ from typing import Any
 
 import attrs
 
-from tempering.backend import load_renderer
 from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
-from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, held_out, prompt_messages
+from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
+from tempering.envs.task_base import HeldOutTask
 from tempering.grading import ExtractStyle, MathGrader, extract_answer
 from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset
 
@@ -159,7 +159,7 @@ def _check_dataset(instance: object, attribute: attrs.Attribute[Any], value: str
 
 
 @attrs.frozen(kw_only=True)
-class MathTask:
+class MathTask(HeldOutTask):
     """The math RL task (an ``RLDatasetBuilder``): ``dataset``'s ``split`` (from ``source``: the
     hub by default, or a local directory or file in its schema) for training, and
     ``test_dataset``'s ``test_split`` (default: ``dataset``; its test split, if it has one) for
@@ -184,21 +184,20 @@ class MathTask:
     """Default: the test dataset's ``test`` split; none (no test set) when it has no other split
     than the training one."""
     test_limit: int | None = 200
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
-    batch_size: int = 16
-    group_size: int = 8
-    test_group_size: int = 4
-    n_batches: int | None = None
-    seed: int = 0
+    """Read at most this many held-out problems."""
     correct_weight: float = 1.0
+    """Reward of a correct answer."""
     format_weight: float = 0.1
+    """Cost of a reply without a \\boxed{} answer (or that did not end with the stop sequence)."""
     instruction: str | None = DEFAULT_INSTRUCTION
+    """Added after each question, past a blank line (None: the question alone)."""
     system_prompt: str | None = None
+    """A system message before each question."""
     answer_style: ExtractStyle = "auto"
     """Where the grader reads the reply's answer (``auto``: ``\\boxed``, ``####``, "the answer
     is", else the last number)."""
     grader_timeout_s: float = 5.0
+    """Time limit of one answer check (a timeout is a wrong answer)."""
 
     def rewards(self) -> MathRewards:
         """The task's reward weights and grader."""
@@ -217,15 +216,11 @@ class MathTask:
         return load_math_problems(name, source=self.test_source, split=split, limit=self.test_limit)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        renderer = load_renderer(self.base_model, self.renderer_name)
-        rewards = self.rewards()
         train = load_math_problems(self.dataset, source=self.source, split=self.split, limit=self.limit)
-        test = self.test_problems()
-
         train_ds = MathDataset(
             train,
-            renderer,
-            rewards,
+            self.renderer(),
+            self.rewards(),
             batch_size=self.batch_size,
             group_size=self.group_size,
             seed=self.seed,
@@ -234,6 +229,4 @@ class MathTask:
             system_prompt=self.system_prompt,
             tag=self.dataset,
         )
-        if test is None:
-            return train_ds, None
-        return train_ds, held_out(train_ds, test, group_size=self.test_group_size, seed=self.seed + 1)
+        return self.with_test(train_ds, self.test_problems())

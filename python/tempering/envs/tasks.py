@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from tempering.backend import load_renderer
 from tempering.envs.problem import (
     Grader,
     Problem,
@@ -28,43 +27,49 @@ from tempering.envs.problem import (
     first_number_match,
     lowercase_fraction,
 )
+from tempering.envs.task_base import HeldOutTask, PolicyTask
 from tempering_protocols import RLDataset
 
-__all__ = ["ArithmeticTask", "LowercaseTask"]
+__all__ = ["ArithmeticTask", "LowercaseTask", "problem_dataset"]
 
 _LOWERCASE_PROMPTS = ("Reply in lowercase.", "Say a word.", "Write letters.", "Answer quietly.")
 
 
 @attrs.frozen(kw_only=True)
-class LowercaseTask:
+class LowercaseTask(PolicyTask):
     """``batch_size`` prompts × ``group_size`` samples, rewarded by the fraction of lowercase
     letters in the reply; the test set is the same prompts (``n_test_batches`` batches)."""
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     batch_size: int = 4
+    """Prompts per training batch."""
     group_size: int = 8
+    """Replies sampled per prompt (one group)."""
     n_batches: int = 1000
+    """Training batches."""
     n_test_batches: int = 1
+    """Test batches (the same prompts, sampled with seed + 1)."""
     seed: int = 0
+    """Seeds the batch order."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
-        train = attrs.evolve(_train_set(self, problems, lowercase_fraction, tag="lowercase"), format_coef=0.0)
+        train = problem_dataset(self, problems, lowercase_fraction, tag="lowercase", format_coef=0.0)
         return train, attrs.evolve(train, n_batches=self.n_test_batches, seed=self.seed + 1)
 
 
 @attrs.frozen(kw_only=True)
-class ArithmeticTask:
+class ArithmeticTask(PolicyTask):
     """The shipped arithmetic questions (``tempering.assets``): first user turn → reference
     answer, graded by :func:`first_number_match`; the held-out file is the test set."""
 
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
     batch_size: int = 16
+    """Questions per training batch."""
     group_size: int = 8
+    """Replies sampled per question (one group; the test set's too)."""
     n_batches: int | None = None
+    """Training batches (default: one pass over the questions)."""
     seed: int = 0
+    """Seeds the batch order; the test set samples with seed + 1."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         from tempering import assets
@@ -79,22 +84,27 @@ class ArithmeticTask:
             return out
 
         test_items = problems("arithmetic_chat_test.jsonl")
-        train = _train_set(self, problems("arithmetic_chat.jsonl"), first_number_match, tag="arithmetic")
+        train = problem_dataset(self, problems("arithmetic_chat.jsonl"), first_number_match, tag="arithmetic")
         return train, attrs.evolve(train, problems=test_items, n_batches=1, seed=self.seed + 1)
 
 
-def _train_set(
-    task: LowercaseTask | ArithmeticTask, problems: Sequence[Problem], grader: Grader, *, tag: str
+def problem_dataset(
+    task: LowercaseTask | ArithmeticTask | HeldOutTask,
+    problems: Sequence[Problem],
+    grader: Grader,
+    *,
+    tag: str,
+    format_coef: float = 0.1,
 ) -> ProblemDataset:
-    """``problems`` graded by ``grader`` in ``task``'s renderer, batches, groups and seed."""
-    renderer = load_renderer(task.base_model, task.renderer_name)
+    """``problems`` graded by ``grader``, in ``task``'s renderer, batches, groups and seed."""
     return ProblemDataset(
         problems,
-        renderer,
+        task.renderer(),
         grader,
         batch_size=task.batch_size,
         group_size=task.group_size,
         seed=task.seed,
         n_batches=task.n_batches,
+        format_coef=format_coef,
         tag=tag,
     )

@@ -26,11 +26,10 @@ from tempering.envs.preference import (
     PromptGroups,
     ReferenceWinRateGroupBuilder,
 )
-from tempering.model_info import resolve_renderer_name
+from tempering.envs.task_base import PolicyTask
 from tempering.preference.data import ComparisonData
 from tempering.preference.evaluation import chosen_reply
 from tempering.preference.reward_model import PreferenceModel, VerdictPreferenceModel
-from tempering.renderers import get_renderer
 from tempering_protocols import Comparison, Message, RLDataset
 
 __all__ = ["ComparisonJudge", "RewardModelPrompts"]
@@ -57,7 +56,7 @@ class ComparisonJudge:
 
 
 @attrs.frozen(kw_only=True)
-class RewardModelPrompts:
+class RewardModelPrompts(PolicyTask):
     """The RL task of RLHF, as an ``RLDatasetBuilder``: training groups are
     :class:`~tempering.envs.preference.PairwisePreferenceGroupBuilder` tournaments over the
     prompts of the training comparisons (shuffled with ``seed``, ``batch_size`` prompts ×
@@ -75,20 +74,24 @@ class RewardModelPrompts:
     """
 
     data: ComparisonData
+    """The comparisons, split as the reward model's run split them."""
     rm_sampler_path: str
-    base_model: str = "tempering/tiny"
-    renderer_name: str | None = None
+    """The reward model's sampler weights (a save_weights_for_sampler path)."""
     batch_size: int = 8
+    """Prompts per training batch."""
     group_size: int = 4
+    """Replies per training prompt (one tournament)."""
     test_group_size: int = 2
+    """Replies per held-out comparison, each judged against its chosen reply."""
     seed: int = 0
+    """Seeds the prompts' order."""
     service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         model = ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name)
         rm = await VerdictPreferenceModel.load(self.rm_sampler_path, model, self.service)
         judge = ComparisonJudge(rm)
-        renderer = get_renderer(resolve_renderer_name(self.base_model, self.renderer_name), rm.tokenizer)
+        renderer = rm.renderer  # the policy's: the same model and chat format
         train, test = self.data()
         prompts: dict[str, list[Message]] = {}
         for pair in train.items:

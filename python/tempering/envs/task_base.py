@@ -1,0 +1,71 @@
+"""What the shipped RL task builders (``RLDatasetBuilder`` configs) share.
+
+- :class:`PolicyTask`: the policy's model and chat format, which render the prompts.
+- :class:`HeldOutTask`: a problem task's batches and groups, and its held-out test set (one
+  batch, ``test_group_size`` replies a problem, sampled with ``seed + 1``).
+
+Their fields are flags on the command line (``tempering rl dataset:NAME --dataset.FIELD``, or a
+recipe's), each documented by the string under it.
+
+Example::
+
+    @attrs.frozen(kw_only=True)
+    class MyTask(HeldOutTask):
+        async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+            train = ProblemDataset(TRAIN, self.renderer(), exact_match, batch_size=self.batch_size,
+                                   group_size=self.group_size, seed=self.seed, n_batches=self.n_batches)
+            return self.with_test(train, TEST)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from tempering.backend import load_renderer
+from tempering.envs.problem import held_out
+from tempering_protocols import Renderer
+
+__all__ = ["HeldOutTask", "PolicyTask"]
+
+D = TypeVar("D", bound=attrs.AttrsInstance)
+
+
+@attrs.frozen(kw_only=True)
+class PolicyTask:
+    """The policy's model and chat format, as a task builder's first fields."""
+
+    base_model: str = "tempering/tiny"
+    """The policy's base model: its tokenizer renders the prompts (tempering/tiny, a local
+    model directory, or a hosted model name)."""
+    renderer_name: str | None = None
+    """Chat format (default: the one recommended for base_model)."""
+
+    def renderer(self) -> Renderer:
+        """The policy's renderer."""
+        return load_renderer(self.base_model, self.renderer_name)
+
+
+@attrs.frozen(kw_only=True)
+class HeldOutTask(PolicyTask):
+    """A problem task's training batches and its held-out test set."""
+
+    batch_size: int = 16
+    """Problems per training batch."""
+    group_size: int = 8
+    """Replies sampled per training problem (one group)."""
+    test_group_size: int = 4
+    """Replies sampled per held-out problem."""
+    n_batches: int | None = None
+    """Training batches (default: one pass over the training problems)."""
+    seed: int = 0
+    """Seeds the batch order; the test set samples with seed + 1."""
+
+    def with_test(self, train: D, test: Sequence[Any] | None) -> tuple[D, D | None]:
+        """``(train, test set)``: ``train``'s settings over the ``test`` problems in one batch,
+        ``test_group_size`` replies each, seeded by ``seed + 1`` (``None`` without ``test``)."""
+        if test is None:
+            return train, None
+        return train, held_out(train, test, group_size=self.test_group_size, seed=self.seed + 1)
