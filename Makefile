@@ -33,6 +33,8 @@ $(PY):
 
 # Python dependencies, reinstalled when a pyproject changes.
 $(STAMP): $(PY) pyproject.toml protocols/pyproject.toml constraints.txt
+	@free_gb=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); if [ "$$free_gb" -lt 9 ]; then \
+	  echo "warning: $$free_gb GB free here; the full install (.venv, torch with its CUDA libraries, Ray) takes about 8 GB" >&2; fi
 	$(PY) -m pip install -q -e protocols
 	$(PY) -m pip install -q "maturin>=1.7,<2"
 	$(PY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
