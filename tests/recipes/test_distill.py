@@ -162,12 +162,13 @@ def test_self_distillation_has_zero_reverse_kl(
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("distill_steps", 0, "OnPolicyDistillRecipe.distill_steps must be >= 1, got 0"),
-        ("group_size", 0, "OnPolicyDistillRecipe.group_size must be >= 1"),
-        ("warmup_steps", -1, "OnPolicyDistillRecipe.warmup_steps must be >= 0"),
-        ("teacher_steps", 0, "teacher_steps (no --teacher given"),
-        ("lora_rank", -2, "OnPolicyDistillRecipe.lora_rank must be >= 0 or None"),
-        ("distill_coef", 0.0, "OnPolicyDistillRecipe.distill_coef must be > 0"),
+        ("distill_steps", 0, "OnPolicyDistillRecipe.distill_steps (--distill-steps) must be > 0, got 0"),
+        ("group_size", 0, "OnPolicyDistillRecipe.group_size (--group-size) must be > 0"),
+        ("warmup_steps", -1, "OnPolicyDistillRecipe.warmup_steps (--warmup-steps) must be >= 0"),
+        ("teacher_steps", 0, "teacher_steps (--teacher-steps) must be > 0 when no --teacher is given"),
+        ("lora_rank", -2, "OnPolicyDistillRecipe.lora_rank (--lora-rank) must be >= 0, got -2"),
+        ("distill_coef", 0.0, "OnPolicyDistillRecipe.distill_coef (--distill-coef) must be > 0"),
+        ("warmup_problems", 0, "warmup_problems (--warmup-problems) must be > 0 when --warmup-steps"),
     ],
 )
 def test_bad_config_names_the_field(field: str, value: object, message: str) -> None:

@@ -86,6 +86,17 @@ class EvalRecord:
         """The 95% Wilson intervals of :meth:`figures`, under the same names."""
         return {f"{name}_accuracy": self.accuracy_ci95, f"{name}_greedy_accuracy": self.greedy_accuracy_ci95}
 
+    def metrics(self) -> dict[str, float]:
+        """The accuracies with their intervals, named as :class:`AccuracyEvaluator` logs them
+        (``test/accuracy``, ``test/accuracy/ci95_low``, ..., ``test/accuracy_greedy``, ...)."""
+        out: dict[str, float] = {}
+        for name, value, (low, high) in (
+            ("test/accuracy", self.accuracy, self.accuracy_ci95),
+            ("test/accuracy_greedy", self.greedy_accuracy, self.greedy_accuracy_ci95),
+        ):
+            out |= {name: value, f"{name}/ci95_low": low, f"{name}/ci95_high": high}
+        return out
+
 
 @attrs.define
 class AccuracyEvaluator:

@@ -56,7 +56,8 @@ import attrs
 
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
-from tempering.evals.accuracy import AccuracyEvaluator, EvalRecord
+from tempering.evals.accuracy import AccuracyEvaluator
+from tempering.evals.stats import Spread
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
@@ -133,7 +134,7 @@ class DemoSummary:
     rl_greedy_accuracy: float
     wall_seconds: float
     ci95: Mapping[str, tuple[float, float]] = attrs.field(factory=dict[str, tuple[float, float]])
-    spread: Mapping[str, Spread] = attrs.field(factory=dict[str, "Spread"])
+    spread: Mapping[str, Spread] = attrs.field(factory=dict[str, Spread])
     """Figure name → its values over the evaluation seeds, their mean and sd."""
 
     def line(self) -> str:
@@ -155,30 +156,6 @@ class DemoSummary:
         )
 
 
-@attrs.frozen
-class Spread:
-    """One accuracy over several evaluation seeds: the values, their mean and their sample
-    standard deviation (0 for one value)."""
-
-    seeds: tuple[int, ...]
-    values: tuple[float, ...]
-
-    @property
-    def mean(self) -> float:
-        return sum(self.values) / len(self.values)
-
-    @property
-    def sd(self) -> float:
-        n = len(self.values)
-        if n < 2:
-            return 0.0
-        m = self.mean
-        return (sum((v - m) ** 2 for v in self.values) / (n - 1)) ** 0.5
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seeds": list(self.seeds), "values": list(self.values), "mean": self.mean, "sd": self.sd}
-
-
 def _combine(stage: str, offset: int, lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"stage": stage, "global_step": offset + int(line["step"]) + 1, **line} for line in lines]
 
@@ -187,48 +164,6 @@ def _evaluated_steps(lines: Sequence[Mapping[str, Any]]) -> list[int]:
     """The steps after which the SFT loop ran its sampling evaluators: 0, then every line that
     logged ``test/accuracy`` (that line's ``step`` is 0-based)."""
     return [0, *(int(line["step"]) + 1 for line in lines if "test/accuracy" in line)]
-
-
-def _accuracy_metrics(record: EvalRecord) -> dict[str, float]:
-    """An evaluation's accuracies with their intervals, named as the SFT loop logs them."""
-    out: dict[str, float] = {}
-    for name, value, (low, high) in (
-        ("test/accuracy", record.accuracy, record.accuracy_ci95),
-        ("test/accuracy_greedy", record.greedy_accuracy, record.greedy_accuracy_ci95),
-    ):
-        out |= {name: value, f"{name}/ci95_low": low, f"{name}/ci95_high": high}
-    return out
-
-
-def _episodes(record: EvalRecord) -> list[dict[str, Any]]:
-    """An evaluation's kept answers as the viewer's episodes: one group per held-out problem,
-    tagged with the stage (``sft``/``rl``) and ``eval``; the note gives the expected answer."""
-    return [
-        {
-            "episode_id": f"{record.stage}-s{record.step}-p{p}-g{g}",
-            "group": p,
-            "member": g,
-            "tags": [record.stage, "eval"],
-            "note": f"expected {problem.answer}",
-            "total_reward": a.reward,
-            "advantage": a.advantage,
-            "trained": False,
-            "end_reason": "done",
-            "turns": [
-                {
-                    "turn": 0,
-                    "reward": a.reward,
-                    "observation": problem.question,
-                    "action": a.text,
-                    "ac_tokens": list(a.tokens),
-                    "ac_logprobs": list(a.logprobs) or None,
-                    "ac_pieces": list(a.pieces),
-                }
-            ],
-        }
-        for p, (problem, answers) in enumerate(record.problems)
-        for g, a in enumerate(answers)
-    ]
 
 
 async def run_demo(config: DemoConfig) -> DemoSummary:
@@ -264,6 +199,7 @@ def _check_view_extra() -> None:
 
 async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummary:
     from tempering.view import write_eval_rollouts, write_static
+    from tempering.view.eval_episodes import accuracy_episodes
 
     out = s.run_dir
     # 1. data
@@ -345,12 +281,12 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
     rl_lines = {line["global_step"]: line for line in lines if line["stage"] == "rl"}
     for r in rl_records:
         if r.step in rl_lines:
-            rl_lines[r.step].update(_accuracy_metrics(r))
+            rl_lines[r.step].update(r.metrics())
     with (out / "metrics.jsonl").open("w", encoding="utf-8") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
     for r in [*sft_records, *rl_records]:
-        write_eval_rollouts(out, r.step, _episodes(r))
+        write_eval_rollouts(out, r.step, accuracy_episodes(r))
     figures = sft_final.figures("sft") | rl_final.figures("rl")
     ci95 = sft_final.intervals("sft") | rl_final.intervals("rl")
     extra = {

@@ -123,22 +123,22 @@ class OnPolicyDistillRecipe(RecipeConfig):
     """Tokens per sampled answer (the answers are at most 4 tokens and the end of turn)."""
 
     NAME: ClassVar[str] = "distill"
+    POSITIVE: ClassVar[str] = (
+        "teacher_batch_size warmup_batch_size distill_steps batch_size group_size eval_samples max_tokens "
+        "distill_coef"
+    )
+    NON_NEGATIVE: ClassVar[str] = "teacher_steps warmup_steps warmup_problems lora_rank"
 
     def validate(self) -> None:
-        for name in ("teacher_batch_size", "warmup_batch_size", "distill_steps", "batch_size", "group_size"):
-            _positive(name, getattr(self, name))
-        for name in ("teacher_steps", "warmup_steps", "warmup_problems", "eval_samples", "max_tokens"):
-            _positive(name, getattr(self, name), 0)
-        _positive("eval_samples", self.eval_samples)
-        _positive("max_tokens", self.max_tokens)
-        if self.teacher is None:
-            _positive("teacher_steps (no --teacher given, so the recipe trains one)", self.teacher_steps)
-        if self.warmup_steps > 0:
-            _positive("warmup_problems (warmup_steps > 0)", self.warmup_problems)
-        if self.lora_rank is not None and self.lora_rank < 0:
-            raise ValueError(f"OnPolicyDistillRecipe.lora_rank must be >= 0 or None, got {self.lora_rank}")
-        if self.distill_coef <= 0:
-            raise ValueError(f"OnPolicyDistillRecipe.distill_coef must be > 0, got {self.distill_coef}")
+        for name, needed, why in (
+            ("teacher_steps", self.teacher is None, "no --teacher is given, so the recipe trains one"),
+            ("warmup_problems", self.warmup_steps > 0, "--warmup-steps is > 0"),
+        ):
+            if needed and getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"OnPolicyDistillRecipe.{name} ({flag}) must be > 0 when {why}, got {getattr(self, name)}"
+                )
 
     async def __call__(self) -> RecipeResult:
         out = Path(self.out).resolve() if self.out is not None else None
@@ -163,11 +163,6 @@ class OnPolicyDistillRecipe(RecipeConfig):
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         return await _stages(self, s, self.teacher_base())
-
-
-def _positive(name: str, value: int, minimum: int = 1) -> None:
-    if value < minimum:
-        raise ValueError(f"OnPolicyDistillRecipe.{name} must be >= {minimum}, got {value}")
 
 
 async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base: str) -> RecipeResult:

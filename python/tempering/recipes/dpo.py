@@ -49,14 +49,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
-import numpy as np
 
 from tempering.assets import ASSET_PREFIX
 from tempering.backend import ModelConfig
-from tempering.evals.accuracy import wilson_interval
 from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
 from tempering.preference import ComparisonData, DPOConfig
-from tempering.preference.evaluation import chosen_answers, pair_logprobs
+from tempering.preference.evaluation import PairLogprobs, chosen_answers, dpo_pair_figures, pair_logprobs
 from tempering.recipes._common import (
     RecipeConfig,
     RecipeResult,
@@ -204,33 +202,23 @@ class DPORecipe(PreferenceRecipe):
         # 3. held-out evaluation of the reference (the start) and the final policy
         reference_path = str(RunDir(s.run_dir / "dpo").read_state()["reference_path"])
         final_path = result.final.sampler_path
-        evaluations: list[tuple[np.ndarray, np.ndarray]] = []
+        evaluations: list[PairLogprobs] = []
         replies = self.replies(test_pairs, renderer)
         for path in (reference_path, final_path):
             sampler = await s.sampler(path)
             evaluations.append(await pair_logprobs(sampler, renderer, test_pairs))
             await replies(sampler)
-        (chosen_0, rejected_0), (chosen_1, rejected_1) = evaluations
-        delta_P = (chosen_1 - chosen_0) - (rejected_1 - rejected_0)
-        right_P = np.where(np.abs(delta_P) < 1e-4, 0.5, (delta_P > 0).astype(np.float64))
+        figures, ci95 = dpo_pair_figures(evaluations[0], evaluations[1], beta=self.beta)
         before, after = replies.records[0], replies.records[-1]
         print(format_replies(before, after, "DPO policy; before: the SFT start"))
-        pref_0, pref_1 = np.mean(chosen_0 > rejected_0), np.mean(chosen_1 > rejected_1)
-        n = len(chosen_0)
-        figures = {
-            "preference_accuracy_before": float(pref_0),
-            "preference_accuracy_after": float(pref_1),
-            "logprob_margin_before": float(np.mean(chosen_0 - rejected_0)),
-            "logprob_margin_after": float(np.mean(chosen_1 - rejected_1)),
-            "reward_accuracy": float(np.mean(right_P)),
-            "reward_margin": float(self.beta * np.mean(delta_P)),
+        figures |= {
             "dpo_loss_before": metric(result.metrics, "initial/test/dpo_loss"),
             "dpo_loss_after": metric(result.metrics, "test/dpo_loss"),
             "answer_accuracy_before": before.exact_match,
             "answer_accuracy_after": after.exact_match,
         }
         extra |= {
-            "test_pairs": n,
+            "test_pairs": len(evaluations[0][0]),
             "init_state": start,
             "reference_path": reference_path,
             "dpo_state_path": result.final.state_path,
@@ -238,10 +226,7 @@ class DPORecipe(PreferenceRecipe):
             "replies": replies_json(before, after),
             "stages": stages,
         }
-        ci95 = {
-            "preference_accuracy_before": wilson_interval(float(pref_0) * n, n),
-            "preference_accuracy_after": wilson_interval(float(pref_1) * n, n),
-            "reward_accuracy": wilson_interval(float(np.sum(right_P)), n),
+        ci95 |= {
             "answer_accuracy_before": before.exact_match_ci95,
             "answer_accuracy_after": after.exact_match_ci95,
         }

@@ -64,7 +64,6 @@ def _describe(stats: GuessNumberStats) -> str:
     sft_steps=300,
     sft_batch_size=32,
     rl_steps=30,
-    rl_batch_size=8,
     group_size=16,
     max_tokens=6,
     eval_samples=16,

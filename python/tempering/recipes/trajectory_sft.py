@@ -54,6 +54,7 @@ from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import DemoConfig
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
+from tempering.rl.logged_runs import check_dataset_split
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
     learning_history_examples,
@@ -116,30 +117,11 @@ class TrajectorySFTRecipe(RecipeConfig):
 
     async def __call__(self) -> RecipeResult:
         if self.log_dir is not None:
-            _check_log_split(Path(self.log_dir), self.seed, self.n_test)
+            check_dataset_split(self.log_dir, seed=self.seed, n_test=self.n_test)
         return await super().__call__()
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         return await _run(self, s)
-
-
-def _check_log_split(log_dir: Path, seed: int, n_test: int) -> None:
-    """Refuse a log whose RL task used another held-out split than the one evaluated here."""
-    config_path = log_dir / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path}: not found; --log-dir must name an RL run directory")
-    config: dict[str, Any] = json.loads(config_path.read_text())
-    dataset: Any = config.get("dataset")
-    if isinstance(dataset, dict):
-        fields: dict[str, Any] = dataset
-        for name, mine in (("seed", seed), ("n_test", n_test)):
-            theirs = fields.get(name)
-            if isinstance(theirs, int) and theirs != mine:
-                raise ValueError(
-                    f"{config_path}: the logged run's dataset has {name}={theirs}, but this recipe "
-                    f"evaluates on the split of {name}={mine}; pass --{name.replace('_', '-')} {theirs} so "
-                    "the held-out problems are the ones the teacher never trained on"
-                )
 
 
 async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
