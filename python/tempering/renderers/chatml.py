@@ -220,13 +220,12 @@ class Qwen3Renderer(BaseRenderer):
     name = "qwen3"
     frames_thinking: ClassVar[bool] = True
     """Whether the produced turn's reasoning is framed (Qwen3-Instruct-2507 writes no block)."""
-    _needs_think_tokens: ClassVar[bool] = True
 
     def __init__(self, tokenizer: Tokenizer, *, strip_thinking_from_history: bool = True) -> None:
         super().__init__(tokenizer)
         self._im_start = (self.special_token("<|im_start|>"),)
         self._im_end_id = self.special_token("<|im_end|>")
-        if self._needs_think_tokens:
+        if self.frames_thinking:  # the framed block's tags are single tokens of the tokenizer
             self._think = (self.special_token(_THINK_OPEN),)
             self._think_end = (self.special_token(_THINK_CLOSE),)
         for token in (_TOOL_OPEN, _TOOL_CLOSE):
@@ -460,7 +459,6 @@ class Qwen3InstructRenderer(Qwen3Renderer):
 
     name = "qwen3_instruct"
     frames_thinking = False
-    _needs_think_tokens = False
 
     @property
     def extends_prefix(self) -> bool:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
 
 import attrs
 
@@ -83,9 +82,6 @@ class Qwen35Renderer(BaseRenderer):
 
     name = "qwen3_5"
 
-    generation_tail: ClassVar[str] = OPEN_THINK
-    """What the generation prompt writes after ``<|im_start|>assistant\\n``."""
-
     def __init__(self, tokenizer: Tokenizer, *, strip_thinking_from_history: bool = True) -> None:
         super().__init__(tokenizer)
         self.strip_thinking_from_history = strip_thinking_from_history
@@ -101,6 +97,12 @@ class Qwen35Renderer(BaseRenderer):
 
     def get_stop_sequences(self) -> StopCondition:
         return [self._im_end_id]
+
+    @property
+    def generation_tail(self) -> str:
+        """What the generation prompt writes after ``<|im_start|>assistant\\n``: an open think
+        block, or a closed empty one when thinking is off."""
+        return EMPTY_THINK if self.disables_thinking else OPEN_THINK
 
     # ----------------------------------------------------------- what the versions change
 
@@ -258,7 +260,6 @@ class Qwen35DisableThinkingRenderer(Qwen35Renderer):
 
     name = "qwen3_5_disable_thinking"
     disables_thinking = True
-    generation_tail = EMPTY_THINK
 
 
 class Qwen38Renderer(Qwen35Renderer):
@@ -366,7 +367,6 @@ class Qwen38DisableThinkingRenderer(Qwen38Renderer):
 
     name = "qwen3_8_disable_thinking"
     disables_thinking = True
-    generation_tail = EMPTY_THINK
 
 
 def _named(name: str, make: Callable[[Tokenizer], Qwen35Renderer]) -> Callable[[Tokenizer], BaseRenderer]:
