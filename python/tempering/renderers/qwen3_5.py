@@ -40,8 +40,9 @@ from tempering.renderers._qwen3_5_messages import (
     parse_body,
     trim_parts,
 )
+from tempering.renderers.chatml import ImChatRenderer
 from tempering.renderers.llama3 import parse_at_stop_token
-from tempering_protocols import Message, StopCondition, Tokenizer, TrainOnWhat
+from tempering_protocols import Message, Tokenizer, TrainOnWhat
 
 __all__ = [
     "REASONING_EFFORTS",
@@ -55,7 +56,7 @@ __all__ = [
 # ------------------------------------------------------------------------------ renderers
 
 
-class Qwen35Renderer(BaseRenderer):
+class Qwen35Renderer(ImChatRenderer):
     """Qwen3.5 (and 3.6) with thinking, as the Tinker Cookbook renders it; does not extend prefixes.
 
     The generation prompt ends with ``<think>\\n``. Thinking is kept only in the last message
@@ -85,8 +86,6 @@ class Qwen35Renderer(BaseRenderer):
     def __init__(self, tokenizer: Tokenizer, *, strip_thinking_from_history: bool = True) -> None:
         super().__init__(tokenizer)
         self.strip_thinking_from_history = strip_thinking_from_history
-        self._im_start = (self.special_token("<|im_start|>"),)
-        self._im_end_id = self.special_token("<|im_end|>")
         self._think_close_id = self.special_token("</think>")
         for token in ("<think>", "<tool_call>", "</tool_call>"):
             self.special_token(token)
@@ -94,9 +93,6 @@ class Qwen35Renderer(BaseRenderer):
     @property
     def extends_prefix(self) -> bool:
         return False
-
-    def get_stop_sequences(self) -> StopCondition:
-        return [self._im_end_id]
 
     @property
     def generation_tail(self) -> str:
