@@ -200,7 +200,10 @@ class BaseRenderer(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if not getattr(cls, "__abstractmethods__", None) and (
+        # ABCMeta sets __abstractmethods__ only after this hook runs: look at the members instead,
+        # so that an intermediate base (one still abstract) need not parse.
+        abstract = any(getattr(getattr(cls, name, None), "__isabstractmethod__", False) for name in dir(cls))
+        if not abstract and (
             cls.parse is BaseRenderer.parse and cls.parse_response is BaseRenderer.parse_response
         ):
             raise TypeError(f"{cls.__name__} must override parse() or parse_response()")

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import cast
 
+import attrs
+
 from tempering_protocols import ToolCall
 
 __all__ = [
@@ -15,8 +17,9 @@ __all__ = [
     "PARAMETER_RE",
     "THINK_OR_TOOL_RE",
     "UNTERMINATED",
+    "XML_PARAMETERS",
+    "ArgumentSyntax",
     "function_fields",
-    "json_or_text_arguments",
     "json_tool_call",
     "read_tool_call",
     "tool_call_arguments",
@@ -111,6 +114,66 @@ def tool_call_arguments(text: object, where: str, name: str) -> dict[str, object
     return cast("dict[str, object]", value)
 
 
+@attrs.frozen
+class ArgumentSyntax:
+    """How a format writes a tool call's arguments: a run of ``pattern`` matches (groups ``key``
+    and ``value``) with only white space between them, and the errors that say why a body is not
+    one (``between``, ``empty_key``, ``trailing``).
+
+    A value is read as JSON when it parses (``12`` is a number) and kept as text otherwise;
+    ``strip_newlines`` strips newlines around it first. Keys are stripped of white space.
+
+    Example::
+
+        XML_PARAMETERS.arguments("<parameter=n>\\n12\\n</parameter>")  # {"n": 12}
+    """
+
+    pattern: re.Pattern[str]
+    strip_newlines: bool
+    between: str
+    empty_key: str
+    trailing: str
+
+    def arguments(self, body: str) -> dict[str, object] | str:
+        """The arguments written in ``body``, or the error saying why it is not a run of pairs."""
+        arguments: dict[str, object] = {}
+        pos = 0
+        for pair in self.pattern.finditer(body):
+            if body[pos : pair.start()].strip():
+                return self.between
+            key = pair.group("key").strip()
+            if not key:
+                return self.empty_key
+            text = pair.group("value")
+            if self.strip_newlines:
+                text = text.strip("\n")
+            try:
+                arguments[key] = cast("object", json.loads(text))
+            except json.JSONDecodeError:
+                arguments[key] = text
+            pos = pair.end()
+        if body[pos:].strip():
+            return self.trailing
+        return arguments
+
+    def tool_call(self, name: str, body: str) -> ToolCall | str:
+        """A call of ``name`` with the arguments in ``body`` (JSON-encoded), or why it is not one."""
+        arguments = self.arguments(body)
+        if isinstance(arguments, str):
+            return arguments
+        return ToolCall(name=name, arguments=json.dumps(arguments))
+
+
+XML_PARAMETERS = ArgumentSyntax(
+    PARAMETER_RE,
+    strip_newlines=True,
+    between="Unexpected non-parameter content inside <function> block",
+    empty_key="Empty parameter name",
+    trailing="Unexpected trailing content inside <function> block",
+)
+"""The ``<parameter=name>value</parameter>`` arguments of a Qwen3.5 / Nemotron function block."""
+
+
 def xml_function_call(raw: str) -> ToolCall | str:
     """A ``<tool_call><function=name><parameter=k>v</parameter>…`` block as a tool call, or why
     it is not one (Qwen3.5 / Nemotron).
@@ -123,51 +186,4 @@ def xml_function_call(raw: str) -> ToolCall | str:
     name = match.group("name").strip()
     if not name:
         return "Missing function name"
-    arguments = json_or_text_arguments(
-        match.group("body"),
-        PARAMETER_RE,
-        strip_newlines=True,
-        between="Unexpected non-parameter content inside <function> block",
-        empty_key="Empty parameter name",
-        trailing="Unexpected trailing content inside <function> block",
-    )
-    if isinstance(arguments, str):
-        return arguments
-    return ToolCall(name=name, arguments=json.dumps(arguments))
-
-
-def json_or_text_arguments(
-    body: str,
-    pattern: re.Pattern[str],
-    *,
-    strip_newlines: bool,
-    between: str,
-    empty_key: str,
-    trailing: str,
-) -> dict[str, object] | str:
-    """A tool call's arguments from ``body``, a run of ``pattern`` matches (groups ``key`` and
-    ``value``) with only white space between them; or the error (``between``, ``empty_key``,
-    ``trailing``) saying why it is not one.
-
-    A value is read as JSON when it parses (``12`` is a number) and kept as text otherwise;
-    ``strip_newlines`` strips newlines around it first. Keys are stripped of white space.
-    """
-    arguments: dict[str, object] = {}
-    pos = 0
-    for pair in pattern.finditer(body):
-        if body[pos : pair.start()].strip():
-            return between
-        key = pair.group("key").strip()
-        if not key:
-            return empty_key
-        text = pair.group("value")
-        if strip_newlines:
-            text = text.strip("\n")
-        try:
-            arguments[key] = cast("object", json.loads(text))
-        except json.JSONDecodeError:
-            arguments[key] = text
-        pos = pair.end()
-    if body[pos:].strip():
-        return trailing
-    return arguments
+    return XML_PARAMETERS.tool_call(name, match.group("body"))

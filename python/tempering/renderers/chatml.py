@@ -25,10 +25,41 @@ from tempering.renderers._text import (
 from tempering.renderers.llama3 import parse_at_stop_token
 from tempering_protocols import Message, StopCondition, Tokenizer, ToolCall, UnparsedToolCall
 
-__all__ = ["ChatMLRenderer", "Qwen3DisableThinkingRenderer", "Qwen3InstructRenderer", "Qwen3Renderer"]
+__all__ = [
+    "ChatMLRenderer",
+    "ImChatRenderer",
+    "Qwen3DisableThinkingRenderer",
+    "Qwen3InstructRenderer",
+    "Qwen3Renderer",
+]
 
 
-class ChatMLRenderer(BaseRenderer):
+class ImChatRenderer(BaseRenderer):
+    """What the ``<|im_start|>role\\n…<|im_end|>`` formats share (ChatML, Qwen3, Qwen3.5): the two
+    tokens, ``<|im_end|>`` as the stop token, and a message header that a newline opens from the
+    second message on. Subclasses render, parse and say whether they extend prefixes.
+
+    Example::
+
+        r = get_renderer("chatml", tokenizer)
+        r.get_stop_sequences()  # [<|im_end|>]
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        super().__init__(tokenizer)
+        self._im_start = (self.special_token("<|im_start|>"),)
+        self._im_end_id = self.special_token("<|im_end|>")
+
+    def get_stop_sequences(self) -> StopCondition:
+        return [self._im_end_id]
+
+    def _header(self, index: int, role: str) -> tuple[Piece, ...]:
+        """``<|im_start|>role\\n`` for message ``index`` (preceded by a newline after the first)."""
+        newline: tuple[Piece, ...] = (self.constant("\n"),) if index > 0 else ()
+        return (*newline, self._im_start, self.constant(f"{role}\n"))
+
+
+class ChatMLRenderer(ImChatRenderer):
     """ChatML, as used by Qwen2.5 and many fine-tunes; extends prefixes.
 
     Thinking (``message["thinking"]``) is rendered as a ``<think>\\n…\\n</think>\\n\\n`` block before
@@ -43,21 +74,9 @@ class ChatMLRenderer(BaseRenderer):
 
     name = "chatml"
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        super().__init__(tokenizer)
-        self._im_start = (self.special_token("<|im_start|>"),)
-        self._im_end_id = self.special_token("<|im_end|>")
-
     @property
     def extends_prefix(self) -> bool:
         return True
-
-    def get_stop_sequences(self) -> StopCondition:
-        return [self._im_end_id]
-
-    def _header(self, index: int, role: str) -> tuple[Piece, ...]:
-        newline: tuple[Piece, ...] = (self.constant("\n"),) if index > 0 else ()
-        return (*newline, self._im_start, self.constant(f"{role}\n"))
 
     def _assistant_header_extra(self) -> tuple[Piece, ...]:
         return ()
@@ -196,7 +215,7 @@ def _parse_tool_call(body: str, raw_text: str) -> ToolCall | UnparsedToolCall:
     return UnparsedToolCall(raw_text=raw_text, error=call) if isinstance(call, str) else call
 
 
-class Qwen3Renderer(BaseRenderer):
+class Qwen3Renderer(ImChatRenderer):
     """Qwen3 with thinking, as its chat template renders it (``enable_thinking=True``).
 
     ChatML (``<|im_start|>role\\n…<|im_end|>``, messages joined by a newline). The produced turn
@@ -220,13 +239,10 @@ class Qwen3Renderer(BaseRenderer):
     name = "qwen3"
     frames_thinking: ClassVar[bool] = True
     """Whether the produced turn's reasoning is framed (Qwen3-Instruct-2507 writes no block)."""
-    _needs_think_tokens: ClassVar[bool] = True
 
     def __init__(self, tokenizer: Tokenizer, *, strip_thinking_from_history: bool = True) -> None:
         super().__init__(tokenizer)
-        self._im_start = (self.special_token("<|im_start|>"),)
-        self._im_end_id = self.special_token("<|im_end|>")
-        if self._needs_think_tokens:
+        if self.frames_thinking:  # the framed block's tags are single tokens of the tokenizer
             self._think = (self.special_token(_THINK_OPEN),)
             self._think_end = (self.special_token(_THINK_CLOSE),)
         for token in (_TOOL_OPEN, _TOOL_CLOSE):
@@ -236,13 +252,6 @@ class Qwen3Renderer(BaseRenderer):
     @property
     def extends_prefix(self) -> bool:
         return not self.strip_thinking_from_history
-
-    def get_stop_sequences(self) -> StopCondition:
-        return [self._im_end_id]
-
-    def _header(self, index: int, role: str) -> tuple[Piece, ...]:
-        newline: tuple[Piece, ...] = (self.constant("\n"),) if index > 0 else ()
-        return (*newline, self._im_start, self.constant(f"{role}\n"))
 
     def _check_message(self, messages: Sequence[Message], index: int, last_user: int) -> None:
         """Hook for variants that refuse some conversations."""
@@ -460,7 +469,6 @@ class Qwen3InstructRenderer(Qwen3Renderer):
 
     name = "qwen3_instruct"
     frames_thinking = False
-    _needs_think_tokens = False
 
     @property
     def extends_prefix(self) -> bool:

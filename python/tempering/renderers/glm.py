@@ -28,8 +28,8 @@ from tempering.renderers._base import BaseRenderer, MessageParts, ParseTerminati
 from tempering.renderers._base import message_weights as base_message_weights
 from tempering.renderers._messages import (
     THINK_OR_TOOL_RE,
+    ArgumentSyntax,
     function_fields,
-    json_or_text_arguments,
     json_tool_call,
     tool_call_arguments,
 )
@@ -58,9 +58,14 @@ _TOOLS_SYSTEM_PROMPT = (
 _GLM_CALL_RE = re.compile(
     r"^\s*<tool_call>\s*(?P<name>[\w\-\.]+)\s*(?P<body>.*?)\s*</tool_call>\s*$", re.DOTALL
 )
-_ARG_PAIR_RE = re.compile(
-    r"<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>", re.DOTALL
+_GLM_ARGUMENTS = ArgumentSyntax(
+    re.compile(r"<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>", re.DOTALL),
+    strip_newlines=False,
+    between="Unexpected content between tool call arguments",
+    empty_key="Empty tool call argument key",
+    trailing="Unexpected trailing content inside tool call",
 )
+"""The ``<arg_key>k</arg_key><arg_value>v</arg_value>`` arguments after a GLM call's name."""
 
 
 # ----------------------------------------------------------------------------- input messages
@@ -223,17 +228,7 @@ def _parse_glm_call(raw: str) -> ToolCall | str:
     match = _GLM_CALL_RE.match(raw)
     if match is None:
         return "Malformed GLM tool call"
-    arguments = json_or_text_arguments(
-        match.group("body"),
-        _ARG_PAIR_RE,
-        strip_newlines=False,
-        between="Unexpected content between tool call arguments",
-        empty_key="Empty tool call argument key",
-        trailing="Unexpected trailing content inside tool call",
-    )
-    if isinstance(arguments, str):
-        return arguments
-    return ToolCall(name=match.group("name"), arguments=json.dumps(arguments))
+    return _GLM_ARGUMENTS.tool_call(match.group("name"), match.group("body"))
 
 
 def _parse_body(text: str) -> Message:

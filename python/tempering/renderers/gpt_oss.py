@@ -48,6 +48,16 @@ _SYSTEM_PROMPT = (
 )
 _TOOL_ROUTING = "Calls to these tools must go to the commentary channel: 'functions'."
 _PLAIN_ROLES = ("user", "developer", "system", SYSTEM_ROLE)
+_CONTROL_TOKENS = (
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|return|>",
+    "<|call|>",
+)
+"""Harmony's control tokens, each one token of the tokenizer (in the order the renderer unpacks them)."""
 
 _CHANNEL_RE = re.compile(r"[^<\s]+")
 _RECIPIENT_RE = re.compile(r"to=([^\s<]+)")
@@ -203,22 +213,11 @@ class GptOssRenderer(BaseRenderer):
         super().__init__(tokenizer)
         self.reasoning_effort = reasoning_effort
         self.current_date = current_date
-        self._start = self.special_token("<|start|>")
-        self._end = self.special_token("<|end|>")
-        self._message = self.special_token("<|message|>")
-        self._channel = self.special_token("<|channel|>")
-        self._constrain = self.special_token("<|constrain|>")
-        self._return = self.special_token("<|return|>")
-        self._call = self.special_token("<|call|>")
-        self._names = {
-            self._start: "<|start|>",
-            self._end: "<|end|>",
-            self._message: "<|message|>",
-            self._channel: "<|channel|>",
-            self._constrain: "<|constrain|>",
-            self._return: "<|return|>",
-            self._call: "<|call|>",
-        }
+        self._names = {self.special_token(token): token for token in _CONTROL_TOKENS}
+        """Each control token's text by id (what parsing splits at and error messages show)."""
+        self._start, self._end, self._message, self._channel, self._constrain, self._return, self._call = (
+            self._names
+        )
 
     @property
     def extends_prefix(self) -> bool:

@@ -83,8 +83,6 @@ class Nemotron3Renderer(BaseRenderer):
 
     ultra_format: ClassVar[bool] = False
     """Ultra / 3.5 framing: ``<think>\\n…</think>`` with no separators, tool calls after one newline."""
-    generation_think: ClassVar[str] = "<think>\n"
-    """What the generation prompt opens the assistant turn with."""
     effort_note: ClassVar[str] = ""
     """Appended to the last user message (low / medium reasoning effort)."""
     effort_note_needs_str: ClassVar[bool] = False
@@ -118,6 +116,12 @@ class Nemotron3Renderer(BaseRenderer):
     @property
     def extends_prefix(self) -> bool:
         return not self.strip_thinking_from_history
+
+    @property
+    def generation_think(self) -> str:
+        """What the generation prompt opens the assistant turn with: ``<think>\\n``, or a closed
+        ``<think></think>`` when thinking is off."""
+        return "<think></think>" if self.disables_thinking else "<think>\n"
 
     def get_stop_sequences(self) -> StopCondition:
         return [self._im_end]
@@ -306,7 +310,6 @@ class Nemotron3DisableThinkingRenderer(Nemotron3Renderer):
 
     name = "nemotron3_disable_thinking"
     disables_thinking = True
-    generation_think = "<think></think>"
 
 
 class Nemotron3LowThinkingRenderer(Nemotron3Renderer):
@@ -375,7 +378,6 @@ class Nemotron3UltraDisableThinkingRenderer(Nemotron3UltraRenderer):
 
     name = "nemotron3_ultra_disable_thinking"
     disables_thinking = True
-    generation_think = "<think></think>"
 
 
 class Nemotron3UltraMediumThinkingRenderer(Nemotron3UltraRenderer):

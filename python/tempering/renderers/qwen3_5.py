@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
 
 import attrs
 
@@ -41,8 +40,9 @@ from tempering.renderers._qwen3_5_messages import (
     parse_body,
     trim_parts,
 )
+from tempering.renderers.chatml import ImChatRenderer
 from tempering.renderers.llama3 import parse_at_stop_token
-from tempering_protocols import Message, StopCondition, Tokenizer, TrainOnWhat
+from tempering_protocols import Message, Tokenizer, TrainOnWhat
 
 __all__ = [
     "REASONING_EFFORTS",
@@ -56,7 +56,7 @@ __all__ = [
 # ------------------------------------------------------------------------------ renderers
 
 
-class Qwen35Renderer(BaseRenderer):
+class Qwen35Renderer(ImChatRenderer):
     """Qwen3.5 (and 3.6) with thinking, as the Tinker Cookbook renders it; does not extend prefixes.
 
     The generation prompt ends with ``<think>\\n``. Thinking is kept only in the last message
@@ -83,14 +83,9 @@ class Qwen35Renderer(BaseRenderer):
 
     name = "qwen3_5"
 
-    generation_tail: ClassVar[str] = OPEN_THINK
-    """What the generation prompt writes after ``<|im_start|>assistant\\n``."""
-
     def __init__(self, tokenizer: Tokenizer, *, strip_thinking_from_history: bool = True) -> None:
         super().__init__(tokenizer)
         self.strip_thinking_from_history = strip_thinking_from_history
-        self._im_start = (self.special_token("<|im_start|>"),)
-        self._im_end_id = self.special_token("<|im_end|>")
         self._think_close_id = self.special_token("</think>")
         for token in ("<think>", "<tool_call>", "</tool_call>"):
             self.special_token(token)
@@ -99,8 +94,11 @@ class Qwen35Renderer(BaseRenderer):
     def extends_prefix(self) -> bool:
         return False
 
-    def get_stop_sequences(self) -> StopCondition:
-        return [self._im_end_id]
+    @property
+    def generation_tail(self) -> str:
+        """What the generation prompt writes after ``<|im_start|>assistant\\n``: an open think
+        block, or a closed empty one when thinking is off."""
+        return EMPTY_THINK if self.disables_thinking else OPEN_THINK
 
     # ----------------------------------------------------------- what the versions change
 
@@ -258,7 +256,6 @@ class Qwen35DisableThinkingRenderer(Qwen35Renderer):
 
     name = "qwen3_5_disable_thinking"
     disables_thinking = True
-    generation_tail = EMPTY_THINK
 
 
 class Qwen38Renderer(Qwen35Renderer):
@@ -366,7 +363,6 @@ class Qwen38DisableThinkingRenderer(Qwen38Renderer):
 
     name = "qwen3_8_disable_thinking"
     disables_thinking = True
-    generation_tail = EMPTY_THINK
 
 
 def _named(name: str, make: Callable[[Tokenizer], Qwen35Renderer]) -> Callable[[Tokenizer], BaseRenderer]:
