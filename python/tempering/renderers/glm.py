@@ -53,7 +53,6 @@ _TOOLS_SYSTEM_PROMPT = (
 )
 """The tool declaration the GLM-5.3 chat template writes (its own ``<|system|>`` message)."""
 
-# A block of the response: a think block or a tool call, found left to right (shortest match).
 # A whole GLM tool call: the function name, then the argument pairs.
 _GLM_CALL_RE = re.compile(
     r"^\s*<tool_call>\s*(?P<name>[\w\-\.]+)\s*(?P<body>.*?)\s*</tool_call>\s*$", re.DOTALL
