@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import pytest
 
 from tempering.cli import _tyro_cli
@@ -52,3 +55,42 @@ def test_plain_converts_rest() -> None:
     text = "Uses ``--x`` with :func:`~tempering.rl.train`\nand :class:`RLConfig`.\n\nExample::\n\n"
     text += "    f()\n    g()\n"
     assert plain(text) == "Uses --x with train and RLConfig.\nExample:\n    f()\n    g()"
+
+
+def _commands() -> list[tuple[str, type[object]]]:
+    from tempering.cli.eval import EvalCommandConfig
+    from tempering.preference import DPOConfig, RewardModelConfig
+    from tempering.recipes import RECIPES, load_recipe
+    from tempering.recipes.demo import DemoConfig
+    from tempering.sft.train import SFTConfig
+
+    fixed: list[tuple[str, type[object]]] = [
+        ("rl", RLCommandConfig),
+        ("sft", SFTConfig),
+        ("dpo", DPOConfig),
+        ("rm", RewardModelConfig),
+        ("demo", DemoConfig),
+        ("eval", EvalCommandConfig),
+    ]
+    return fixed + [(f"recipe {name}", load_recipe(name)) for name in sorted(RECIPES)]
+
+
+@pytest.mark.parametrize(("name", "cls"), _commands(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_flag_has_help_text(
+    name: str, cls: type[object], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flag whose ``--help`` entry is only its default is undocumented: every config field that
+    users set from the command line carries a docstring (tyro's help text)."""
+    monkeypatch.setenv("COLUMNS", "100")  # one column: a flag's text follows its own line
+    with pytest.raises(SystemExit):
+        _tyro_cli(cls, ["--help"], f"tempering {name}", name)
+    lines = [line.strip("│ ") for line in capsys.readouterr().out.splitlines()]
+    bare: list[str] = []
+    for line, after in itertools.pairwise(lines):
+        if not re.match(r"--[a-z]", line):
+            continue
+        # "--flag TYPE  text", or "--flag TYPE" with its text on the next line
+        text = (re.split(r"\s{2,}", line, maxsplit=1)[1:] or [after])[0]
+        if text.startswith("(default") and line.split()[0] != "--help":
+            bare.append(line.split()[0])
+    assert bare == [], f"tempering {name}: flags without help text: {bare}"

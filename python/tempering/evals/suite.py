@@ -63,6 +63,7 @@ class EvalSuite:
     num_samples: int = 1
     """Samples per item, each with its own seed."""
     temperature: float = 0.6
+    """Sampling temperature of the answers."""
     max_tokens: int = 1024
     """Tokens per reply."""
     seed: int = 0

@@ -27,11 +27,17 @@ class ComparisonData:
     """
 
     path: str = ASSET_PREFIX + "arithmetic_preferences.jsonl"
+    """Labeled comparisons: a file, ``hf:NAME[:split]`` or ``tempering-assets:<name>``."""
     test_path: str | None = None
+    """Held-out comparisons, all of them evaluated."""
     test_size: int = 60
+    """Comparisons drawn from ``path`` and held out as well."""
     batch_size: int = 8
+    """Comparisons per optimizer step."""
     max_length: int | None = attrs.field(default=None, validator=check_max_length)
+    """Truncate each datum to this many tokens; ``None``: no limit."""
     seed: int = 0
+    """Seeds the held-out draw and the batch order."""
     columns: str | None = None
     """Column mapping of ``hf:NAME[:split]`` paths, e.g. ``chosen=good,rejected=bad``."""
 

@@ -143,8 +143,11 @@ class SFTFlags:
     """The flags of a recipe's SFT warm start (read by ``SFTStage.of(config, "sft_")``)."""
 
     sft_steps: int = 100
+    """Optimizer steps of the SFT warm start."""
     sft_batch_size: int = 16
+    """Examples per SFT step."""
     sft_learning_rate: float = 1e-3
+    """Peak learning rate of the SFT warm start."""
 
     POSITIVE: ClassVar[str] = "sft_batch_size"
 
@@ -154,9 +157,11 @@ class RLFlags:
     """The flags of a recipe's RL stage (``RLStage.of(config, "rl_")``)."""
 
     rl_steps: int = 20
+    """RL steps (batches)."""
     rl_batch_size: int = 8
     """Prompts (problems, secrets, questions, groups) per RL step (``P``)."""
     rl_learning_rate: float = 1e-4
+    """Peak learning rate of the RL stage."""
 
     POSITIVE: ClassVar[str] = "rl_steps rl_batch_size"
 

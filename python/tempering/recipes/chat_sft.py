@@ -136,6 +136,7 @@ class ChatSFTRecipe(RecipeConfig):
     steps: int = 300
     """SFT steps (the data is repeated as needed: 25 batches an epoch at the defaults)."""
     batch_size: int = 16
+    """Conversations per SFT step."""
     learning_rate: float | None = None
     """Peak learning rate (linear warmup, then linear decay); default 2e-3 for the tiny model
     (full fine-tuning), 2e-4 otherwise (LoRA)."""

@@ -76,6 +76,7 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """A ``save_state`` checkpoint to start RL from instead of the SFT stage (which is skipped,
     with its evaluation: the figures before RL are the checkpoint's own run's)."""
     rl_eval_every: int = 5
+    """Evaluate the RL policy every this many steps (0: only before and after)."""
     sandbox_seconds: float = 5.0
     """Wall- and CPU-time limit of one grading run."""
 

@@ -90,26 +90,34 @@ class DemoConfig:
     n_report: int = 5
     """Held-out problems whose sampled answers each evaluation keeps for the page."""
     sft_steps: int = 600
+    """SFT steps on the training problems."""
     sft_batch_size: int = 64
+    """Problems per SFT step."""
     sft_learning_rate: float = 2e-3
+    """Peak learning rate of the SFT stage."""
     sft_eval_every: int = 100
+    """Evaluate SFT every this many steps."""
     sft_weight_decay: float = 0.1
     """AdamW weight decay of the SFT stage: with it the tiny model learns the carry (the sudden
     rise of the accuracy curve) in about half the steps (docs/benchmarks.md#demo)."""
     rl_steps: int = 80
+    """RL steps from the SFT checkpoint."""
     rl_batch_size: int = 16
     """Problems per RL step (``P``)."""
     group_size: int = 16
     """Samples per problem (``G``); the advantage is the reward minus the group's mean."""
     rl_learning_rate: float = 2e-4
+    """Peak learning rate of the RL stage."""
     rl_lr_schedule: ScheduleKind = "linear"
     """``constant``, ``linear`` (decay to 0 at the last step) or ``cosine``."""
     rl_loss_fn: LossName = "importance_sampling"
+    """The RL loss (docs/rl.md, Losses)."""
     rl_num_substeps: int = 1
     """Optimizer steps per RL batch (the batch is split into this many minibatches)."""
     normalize_advantages: bool = True
     """Divide each group's advantages by its reward standard deviation (GRPO-style)."""
     rl_eval_every: int = 10
+    """Save the RL policy every this many steps; the demo evaluates each after the run."""
     log_trajectories: bool = True
     """Log the RL rollouts under ``<out>/rl/trajectories`` (Parquet + text; docs/rl.md)."""
     num_threads: int | None = None

@@ -95,20 +95,26 @@ class OnPolicyDistillRecipe(RecipeConfig):
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy and the held-out reverse KL."""
     teacher_steps: int = 700
+    """SFT steps of the teacher the recipe trains (without ``--teacher``)."""
     teacher_batch_size: int = 64
+    """Problems per teacher SFT step."""
     teacher_learning_rate: float = 2e-3
+    """Peak learning rate of the teacher's SFT."""
     warmup_problems: int = 1000
     """Training problems the student's warm start sees (its only labelled data)."""
     warmup_steps: int = 600
     """SFT steps of the student's warm start (0: none, distil from the fresh student)."""
     warmup_batch_size: int = 32
+    """Problems per warm-start step."""
     warmup_learning_rate: float = 1e-3
+    """Peak learning rate of the student's warm start."""
     teacher_weight_decay: float = 0.1
     """AdamW weight decay of the teacher's SFT, as in the demo (it learns the carry sooner)."""
     warmup_weight_decay: float = 0.0
     """AdamW weight decay of the student's warm start (0.1 was worse on its 1,000 problems:
     9.5% held-out vs 15.5%)."""
     distill_steps: int = 40
+    """On-policy distillation steps."""
     batch_size: int = 16
     """Training prompts per distillation step (``P``)."""
     group_size: int = 8

@@ -76,12 +76,17 @@ class PreferenceRecipe(RecipeConfig):
     init_state: str | None = None
     """Start from this ``save_state`` checkpoint (of ``base_model``) instead of an SFT stage."""
     sft_path: str = ASSET_PREFIX + "arithmetic_chat.jsonl"
+    """Conversations of the SFT stage (``tempering-assets:<name>`` names a shipped file)."""
     sft_test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
+    """Held-out conversations of the SFT stage: NLL and exact-match replies."""
     sft_steps: int = 300
+    """SFT steps before the preference stage (skipped with ``init_state``)."""
     sft_batch_size: int = 16
+    """Conversations per SFT step."""
     sft_learning_rate: float | None = None
     """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
     sft_eval_every: int = 100
+    """Evaluate SFT every this many steps (0: only before and after)."""
     pairs_path: str = ASSET_PREFIX + "arithmetic_preferences.jsonl"
     """Labeled comparisons (``tempering-assets:<name>`` names a shipped file)."""
     test_pairs: int = 60

@@ -78,9 +78,11 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """
 
     low: int = 0
+    """The lowest secret."""
     high: int = 9
     """The range of secrets; the default keeps every guess one token for the byte-level tiny model."""
     max_turns: int = 4
+    """Guesses per game; a game not won by then scores 0."""
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
     turn_cost: float = 0.1
@@ -91,7 +93,9 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     invalid_reward: float = -1.0
     """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     sft_games: int = 4000
+    """Scripted games written for the SFT stage."""
     rl_eval_every: int = 10
+    """Evaluate the RL policy every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "guess-number"
     POSITIVE: ClassVar[str] = "sft_games sft_steps"

@@ -80,6 +80,7 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Hub name or local path of the training split; default: the shipped word problems on the
     tiny model, the dataset's hub name otherwise."""
     train_split: str = "train"
+    """Split of ``train_source`` to train on."""
     test_dataset: str | None = None
     """Schema of the held-out data (default: ``dataset``), e.g. math500 when training on math."""
     test_source: str | None = None
@@ -98,15 +99,19 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """SFT warm-up steps on the training split's solutions; default 300 for the tiny model (it
     starts from random weights), 0 (none) otherwise."""
     sft_weight_decay: float = 0.1
+    """AdamW weight decay of the SFT warm-up."""
     rl_learning_rate: float | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
     """Default: 2e-4 for the tiny model, 4e-5 otherwise."""
     correct_weight: float = 1.0
+    """Reward of a correct final answer."""
     format_weight: float = 0.1
+    """Weight of the format reward: 0 with a ``\\boxed{}`` answer, ``-format_weight`` without."""
     max_tokens: int | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
     """Tokens per answer; default 32 for the tiny model, 1024 otherwise."""
     eval_seeds: int = 3
     """Evaluation seeds (the sampled accuracy is their mean; its spread their standard deviation)."""
     grader_timeout_s: float = 5.0
+    """Time limit of one answer check (a timeout is a wrong answer, and counted)."""
 
     NAME: ClassVar[str] = "math-rl"
     POSITIVE: ClassVar[str] = "n_test eval_seeds"

@@ -84,6 +84,7 @@ class RLHFRecipe(PreferenceRecipe):
     rm_steps: int = 60
     """Reward-model steps (each pair is shown in both orders)."""
     rm_batch_size: int = 8
+    """Pairs per reward-model step."""
     rm_learning_rate: float | None = None
     """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
     rm_eval_every: int = 20
@@ -91,6 +92,7 @@ class RLHFRecipe(PreferenceRecipe):
     rm_from_sft: bool = True
     """Start the reward model from the SFT weights (else from the base model)."""
     rl_steps: int = 20
+    """RL steps against the reward model."""
     rl_prompts: int = 8
     """Prompts per RL step (``P``)."""
     group_size: int = 4

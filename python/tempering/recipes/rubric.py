@@ -54,11 +54,14 @@ class RubricRecipe(AgentRecipe):
     judge_model: str | None = None
     """The judge's base model; default ``base_model``."""
     judge_examples: int = 2000
+    """Scripted verdicts the judge is trained on."""
     judge_sft_steps: int = 150
     """SFT steps of the judge (batches of ``sft_batch_size``, learning rate 2e-3); 0: use
     ``judge_model``'s base weights as the judge."""
     judge_renderer_name: str | None = None
+    """The judge's renderer; default: its model's recommended one."""
     judge_timeout_s: float = 60.0
+    """Time limit of one verdict; none in time gives no reward and masks the turn."""
     judge_max_tokens: int = 16
     """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
     eval_questions: int = 100

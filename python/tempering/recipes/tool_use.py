@@ -51,6 +51,7 @@ class ToolUseRecipe(AgentRecipe):
     test_towns: int = 15
     """Towns held out of SFT and RL (of 60); the evaluation asks about them."""
     sft_examples: int = 600
+    """Scripted tool-using episodes written for the SFT stage."""
     max_turns: int = 4
     """Assistant replies per episode (the turn budget); tool calls are capped at the same number."""
     eval_questions: int = 5

@@ -99,19 +99,28 @@ class TrajectorySFTRecipe(RecipeConfig):
     episodes_per_history: int = 4
     """Learning histories: episodes per example."""
     n_test: int = 200
+    """Held-out problems (the split must match the logged run's)."""
     eval_samples: int = 4
+    """Answers sampled per held-out problem for the accuracy."""
     steps: int = _DEMO.sft_steps
     """Student SFT steps (default: the demo's SFT stage, as are the next three)."""
     batch_size: int = _DEMO.sft_batch_size
+    """Examples per student SFT step."""
     learning_rate: float = _DEMO.sft_learning_rate
+    """Peak learning rate of the student's SFT."""
     weight_decay: float = _DEMO.sft_weight_decay
+    """AdamW weight decay of the student's SFT."""
     teacher_sft_steps: int = _DEMO.sft_steps
     """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
     the demo (``tempering demo``'s defaults for these and every other setting)."""
     teacher_rl_steps: int = _DEMO.rl_steps
+    """Without ``--log-dir``: the teacher's RL steps."""
     teacher_rl_batch_size: int = _DEMO.rl_batch_size
+    """Without ``--log-dir``: problems per teacher RL step."""
     teacher_group_size: int = _DEMO.group_size
+    """Without ``--log-dir``: samples per problem in the teacher's RL."""
     teacher_learning_rate: float = _DEMO.rl_learning_rate
+    """Without ``--log-dir``: the teacher's RL learning rate."""
 
     NAME: ClassVar[str] = "trajectory-sft"
 

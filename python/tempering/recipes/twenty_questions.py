@@ -56,9 +56,13 @@ class TwentyQuestionsRecipe(AgentRecipe):
     answerer_model: str | None = None
     """The answerer's base model (its base weights, untrained); default: the SFT checkpoint."""
     answerer_renderer_name: str | None = None
+    """The answerer's renderer; default: its model's recommended one."""
     max_turns: int = 20
+    """Questions per game; a game not won by then scores 0."""
     turn_cost: float = 0.02
+    """A win at question ``t`` scores ``1 - turn_cost * (t - 1)``."""
     sft_games: int = 1000
+    """Scripted games written for the SFT stage."""
 
     POSITIVE: ClassVar[str] = "max_turns sft_games"
 

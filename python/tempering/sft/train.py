@@ -188,15 +188,21 @@ class ChatData:
     """
 
     path: str = ASSET_PREFIX + "arithmetic_chat.jsonl"
+    """Training conversations: a file, ``hf:NAME[:split]`` or ``tempering-assets:<name>``."""
     test_path: str | None = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
+    """Held-out conversations (NLL evaluation); ``None``: none."""
     test_size: int = 0
+    """Conversations drawn from ``path`` and held out as well."""
     batch_size: int = 16
+    """Conversations per optimizer step."""
     max_length: int | None = attrs.field(default=None, validator=check_max_length)
+    """Truncate each datum to this many tokens; ``None``: no limit."""
     train_on_what: TrainOnWhat = attrs.field(
         default=TrainOnWhat.LAST_ASSISTANT_MESSAGE, converter=TrainOnWhat
     )
     """Also given as a string or the Tinker Cookbook's ``TrainOnWhat`` (same values)."""
     seed: int = 0
+    """Seeds the held-out draw and the batch order."""
     columns: str | None = None
     """Column mapping of ``hf:NAME[:split]`` paths, e.g. ``prompt=question,completion=answer``
     (docs/datasets.md)."""
@@ -204,6 +210,7 @@ class ChatData:
     """Read ``path`` as a stream (``datasets`` ``streaming=True`` for ``hf:``): the trainer
     renders each batch as it needs it; an epoch is ``stream_batches`` batches."""
     stream_batches: int = 1000
+    """With ``streaming``: batches per epoch."""
 
     def __call__(self, model: ModelConfig) -> SupervisedDatasetBuilder:
         tests = (
