@@ -15,6 +15,7 @@ from tempering.envs import (
     GuessNumberEnv,
     GuessNumberGame,
     GuessNumberGroupBuilder,
+    GuessNumberRules,
     GuessNumberStats,
     GuessNumberTask,
     guess_number_stats,
@@ -113,11 +114,13 @@ def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match=r"secret 20 is outside 0\.\.15"):
         GuessNumberGame(20)
     with pytest.raises(ValueError, match="max_turns"):
-        GuessNumberGroupBuilder(None, secret=1, max_turns=0)  # pyright: ignore[reportArgumentType]
+        GuessNumberRules(max_turns=0)
+    with pytest.raises(ValueError, match=r"GuessNumberGroupBuilder: secret 20 is outside 0\.\.15"):
+        GuessNumberGroupBuilder(None, secret=20)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match=r"n_test_secrets must be in 0\.\.15"):
         GuessNumberTask(n_test_secrets=16)
     with pytest.raises(ValueError, match="low <= high"):
-        GuessNumberTask(low=9, high=3)
+        GuessNumberTask(rules=GuessNumberRules(low=9, high=3))
 
 
 def test_token_env_unparseable_reply_is_invalid(renderer: BaseRenderer) -> None:
@@ -146,7 +149,7 @@ def test_conformance_and_bisection_always_wins(renderer: BaseRenderer) -> None:
     check_env_group_builder(GuessNumberGroupBuilder(renderer, secret=5, group_size=3))  # garbage actions
     for secret in range(16):
         group = check_env_group_builder(
-            GuessNumberGroupBuilder(renderer, secret=secret, max_turns=5, group_size=2),
+            GuessNumberGroupBuilder(renderer, secret=secret, group_size=2),  # 5 turns: bisection finds 0..15
             actions=_bisect_actions(renderer),
         )
         assert all(r > 0 for r in group.get_total_rewards()), secret
@@ -157,13 +160,15 @@ def test_conformance_and_bisection_always_wins(renderer: BaseRenderer) -> None:
 
 
 def test_group_builder_pickles(renderer: BaseRenderer) -> None:
-    builder = GuessNumberGroupBuilder(renderer, secret=7, low=1, high=100, max_turns=7, group_size=4)
+    rules = GuessNumberRules(low=1, high=100, max_turns=7)
+    builder = GuessNumberGroupBuilder(renderer, secret=7, rules=rules, group_size=4)
     copy = pickle.loads(pickle.dumps(builder))
     assert copy == builder
     envs = asyncio.run(copy.make_envs())
     assert len(envs) == 4
     assert len({id(e) for e in envs}) == 4
     assert all(isinstance(e, GuessNumberEnv) and e.game.secret == 7 for e in envs)
+    assert all(isinstance(e, GuessNumberEnv) and (e.game.high, e.game.max_turns) == (100, 7) for e in envs)
 
 
 def test_task_splits_secrets_and_is_deterministic() -> None:
@@ -188,7 +193,7 @@ def test_task_splits_secrets_and_is_deterministic() -> None:
     (test_batch,) = [test_ds.get_batch(0)]
     assert sorted(b.secret for b in test_batch if isinstance(b, GuessNumberGroupBuilder)) == list(test)
     assert all(isinstance(b, GuessNumberGroupBuilder) and b.group_size == 5 for b in test_batch)
-    _, every = asyncio.run(GuessNumberTask(low=1, high=6, n_test_secrets=0)())
+    _, every = asyncio.run(GuessNumberTask(rules=GuessNumberRules(low=1, high=6), n_test_secrets=0)())
     assert every is not None
     assert sorted(b.secret for b in every.get_batch(0) if isinstance(b, GuessNumberGroupBuilder)) == [
         1,

@@ -27,9 +27,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from tempering.envs.problem import Problem, exact_match
+from tempering.envs.problem import Problem, ProblemDataset, exact_match
 from tempering.envs.task_base import HeldOutTask
-from tempering.envs.tasks import problem_dataset
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticProblems", "ScaledExactMatch", "all_problems", "split_problems", "write_chat_jsonl"]
@@ -129,5 +128,5 @@ class ArithmeticProblems(HeldOutTask):
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = split_problems(seed=self.seed, n_test=self.n_test)
         grader = exact_match if self.reward_coef == 1.0 else ScaledExactMatch(self.reward_coef)
-        train_ds = problem_dataset(self, train, grader, tag="arithmetic", format_coef=0.0)
+        train_ds = self.dataset_of(ProblemDataset, train, grader=grader, tag="arithmetic", format_coef=0.0)
         return self.with_test(train_ds, test if self.test_group_size else None)

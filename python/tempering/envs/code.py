@@ -28,17 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import attrs
 import numpy as np
 
 from tempering.assets import resolve_data_path
 from tempering.data import RowError, parse_rows
-from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
+from tempering.envs.problem import SeededBatches, SingleReplyEnv, SingleReplyGroup, prompt_messages
 from tempering.envs.task_base import HeldOutTask
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
-from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset, Sandbox
+from tempering_protocols import Message, Renderer, RLDataset, Sandbox
 
 __all__ = [
     "CODE_PROBLEMS",
@@ -190,36 +190,25 @@ class CodeEnv(SingleReplyEnv):
 
 
 @attrs.frozen
-class CodeGroupBuilder(RepeatedEnvGroup):
-    """``group_size`` envs of one problem (one sampling request with ``num_samples = G``)."""
+class CodeGroupBuilder(SingleReplyGroup[CodeProblem]):
+    """``group_size`` :class:`CodeEnv` of one problem (one sampling request with ``num_samples = G``)."""
 
-    problem: CodeProblem
-    renderer: Renderer = attrs.field(eq=False)
+    env_type: ClassVar[type[SingleReplyEnv]] = CodeEnv
     grading: CodeGrading
-    group_size: int = 8
-    system_prompt: str | None = CODE_SYSTEM_PROMPT
-    tag: str = "code"
-
-    def make_env(self) -> Env:
-        return CodeEnv(self.problem, self.renderer, self.grading, system_prompt=self.system_prompt)
+    system_prompt: str | None = attrs.field(default=CODE_SYSTEM_PROMPT, kw_only=True)
+    tag: str = attrs.field(default="code", kw_only=True)
 
 
 @attrs.frozen
 class CodeDataset(SeededBatches[CodeProblem]):
-    """``batch_size`` problems per batch in a seeded order reshuffled each epoch, ``group_size``
-    replies each; ``len`` is ``n_batches`` (default: one pass over the problems)."""
+    """``batch_size`` problems per batch in a seeded order reshuffled each epoch, each a
+    :class:`CodeGroupBuilder` of ``group_size`` replies; ``len`` is ``n_batches`` (default: one
+    pass over the problems)."""
 
-    problems: Sequence[CodeProblem]
-    renderer: Renderer = attrs.field(eq=False)
+    group_type: ClassVar[type[SingleReplyGroup[Any]]] = CodeGroupBuilder
     grading: CodeGrading
-    batch_size: int
-    group_size: int
-    seed: int = 0
-    n_batches: int | None = None
-    system_prompt: str | None = CODE_SYSTEM_PROMPT
-
-    def make_group(self, problem: CodeProblem, /) -> EnvGroupBuilder:
-        return CodeGroupBuilder(problem, self.renderer, self.grading, self.group_size, self.system_prompt)
+    system_prompt: str | None = attrs.field(default=CODE_SYSTEM_PROMPT, kw_only=True)
+    tag: str = attrs.field(default="code", kw_only=True)
 
 
 @attrs.frozen(kw_only=True)
@@ -251,14 +240,4 @@ class CodeTask(HeldOutTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = self.problems()
-        train_ds = CodeDataset(
-            train,
-            self.renderer(),
-            self.grading,
-            self.batch_size,
-            self.group_size,
-            self.seed,
-            self.n_batches,
-            self.system_prompt,
-        )
-        return self.with_test(train_ds, test)
+        return self.with_test(self.dataset_of(CodeDataset, train), test)

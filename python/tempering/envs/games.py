@@ -20,13 +20,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import attrs
 
-from tempering.envs.turn_based import TurnBasedGame, TurnBasedPlayer, TurnBasedPlayerEnv, players_of
-from tempering_protocols import Env, EnvGroupBuilder, Message, Metrics, Renderer, Trajectory
+from tempering.envs.turn_based import TurnBasedGame, TurnBasedGroupBuilder, TurnBasedPlayer
+from tempering_protocols import Message, Metrics
 
 __all__ = ["NimGame", "NimGroupBuilder", "NimPlayer"]
 
@@ -87,42 +86,22 @@ class NimPlayer(TurnBasedPlayer[NimGame]):
 
 
 @attrs.frozen
-class NimGroupBuilder(EnvGroupBuilder):
-    """``n_games`` games of Nim; both players of each game are members of the group.
+class NimGroupBuilder(TurnBasedGroupBuilder[NimPlayer]):
+    """``n_games`` games of Nim from a pile of ``pile``; both players of each game are members
+    of the group (turn-taking, validation and rewards: :class:`TurnBasedGroupBuilder`).
 
     Example::
 
         check_env_group_builder(NimGroupBuilder(renderer, pile=5, turn_timeout_s=0.05))
     """
 
-    coordinated_envs: ClassVar[bool] = True
-    renderer: Renderer = attrs.field(eq=False)
+    player_type: ClassVar[type[NimPlayer]] = NimPlayer
+    unfinished_metrics: ClassVar[Metrics] = {"game/won": 0}
     pile: int = 7
-    n_games: int = 1
-    turn_timeout_s: float = 60.0
-    max_context_tokens: int | None = None
     tag: str = "nim"
 
-    async def make_envs(self) -> Sequence[Env]:
-        envs: list[Env] = []
-        for _ in range(self.n_games):
-            game = NimGame(self.pile, self.turn_timeout_s)
-            for player in (0, 1):
-                envs.append(
-                    TurnBasedPlayerEnv(NimPlayer(game, player), self.renderer, self.max_context_tokens)
-                )
-        return envs
+    def new_game(self) -> NimGame:
+        return NimGame(self.pile, self.turn_timeout_s)
 
-    async def compute_group_rewards(
-        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
-    ) -> list[tuple[float, Metrics]]:
-        out: list[tuple[float, Metrics]] = []
-        for inner in players_of(envs_G, NimPlayer):
-            if inner is None or inner.game.winner is None:
-                out.append((0.0, {"game/won": 0}))
-                continue
-            out.append((1.0 if inner.won else -1.0, {"game/won": int(inner.won)}))
-        return out
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def outcome(self, player: NimPlayer) -> tuple[float, Metrics]:
+        return (1.0 if player.won else -1.0, {"game/won": int(player.won)})

@@ -22,20 +22,21 @@ success rate), ``guess/found``, ``guess/turns``, ``guess/invalid``; of every ste
 ``guess/inconsistent`` (1 when a valid guess was already ruled out by earlier feedback, a legal
 but wasted turn; absent on an invalid reply).
 
-Groups (:class:`GuessNumberGroupBuilder`): ``G`` envs sharing one secret, so the first turn is
-one request with ``num_samples = G`` and the group-relative advantage compares ``G`` attempts at
-the same secret. :class:`GuessNumberTask` is the RL dataset builder (every secret of the range, or a
-seeded split into training and held-out secrets). :func:`guess_number_stats` summarises finished episodes;
-:func:`bisect_guess` and :func:`random_consistent_guess` are scripted players (the recipe's SFT
-teacher and the baselines).
+The rules (range, turns, rewards) are one :class:`GuessNumberRules`, held by the group builder,
+the dataset and the task alike. Groups (:class:`GuessNumberGroupBuilder`): ``G`` envs sharing one
+secret, so the first turn is one request with ``num_samples = G`` and the group-relative
+advantage compares ``G`` attempts at the same secret. :class:`GuessNumberTask` is the RL dataset
+builder (every secret of the range, or a seeded split into training and held-out secrets).
+:func:`guess_number_stats` summarises finished episodes; :func:`bisect_guess` and
+:func:`random_consistent_guess` are scripted players (the recipe's SFT teacher and the baselines).
 
 Shapes: ``P`` secrets per batch, ``G`` envs per secret.
 
 Example::
 
-    builder = GuessNumberGroupBuilder(renderer, secret=11, low=0, high=15, max_turns=5, group_size=8)
-    check_env_group_builder(builder)
-    train, test = await GuessNumberTask(low=0, high=15, max_turns=5)()
+    rules = GuessNumberRules(low=0, high=15, max_turns=5)
+    check_env_group_builder(GuessNumberGroupBuilder(renderer, secret=11, rules=rules, group_size=8))
+    train, test = await GuessNumberTask(rules=rules)()
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ __all__ = [
     "GuessNumberEnv",
     "GuessNumberGame",
     "GuessNumberGroupBuilder",
+    "GuessNumberRules",
     "GuessNumberStats",
     "GuessNumberTask",
     "GuessPolicy",
@@ -216,6 +218,41 @@ class GuessNumberEnv(GameEnvAdapter[GuessNumberGame]):
         super().__init__(game, renderer, penalty=game.invalid_reward)
 
 
+@attrs.frozen(kw_only=True)
+class GuessNumberRules:
+    """The rules of a game: its range, turns and rewards (the module docstring's table).
+
+    Example::
+
+        GuessNumberRules(low=1, high=100, max_turns=7).game(secret=42)
+    """
+
+    low: int = 0
+    """The smallest secret."""
+    high: int = 15
+    """The largest secret."""
+    max_turns: int = 5
+    """Guesses per game."""
+    turn_cost: float = 0.1
+    """Reward lost per extra guess: a find pays 1 - turn_cost * (guesses - 1)."""
+    invalid_reward: float = -1.0
+    """Reward of a reply that is not a number from low to high (it ends the game)."""
+
+    def __attrs_post_init__(self) -> None:
+        _check_range(self.low, self.high, self.max_turns, "GuessNumberRules")
+
+    def game(self, secret: int) -> GuessNumberGame:
+        """A fresh game with ``secret`` under these rules."""
+        return GuessNumberGame(
+            secret,
+            low=self.low,
+            high=self.high,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+            invalid_reward=self.invalid_reward,
+        )
+
+
 @attrs.frozen
 class GuessNumberGroupBuilder(RepeatedEnvGroup):
     """``group_size`` games with one secret. Frozen and small: it pickles (the renderer must).
@@ -227,33 +264,20 @@ class GuessNumberGroupBuilder(RepeatedEnvGroup):
 
     renderer: Renderer = attrs.field(eq=False)
     secret: int
-    low: int = 0
-    high: int = 15
-    max_turns: int = 5
+    rules: GuessNumberRules = GuessNumberRules()
     group_size: int = 8
-    turn_cost: float = 0.1
-    invalid_reward: float = -1.0
     tag: str = "guess_number"
 
     def __attrs_post_init__(self) -> None:
-        _check_range(self.low, self.high, self.max_turns, "GuessNumberGroupBuilder")
-        if not self.low <= self.secret <= self.high:
-            raise ValueError(
-                f"GuessNumberGroupBuilder: secret {self.secret} is outside {self.low}..{self.high}"
-            )
+        low, high = self.rules.low, self.rules.high
+        if not low <= self.secret <= high:
+            raise ValueError(f"GuessNumberGroupBuilder: secret {self.secret} is outside {low}..{high}")
         if self.group_size < 1:
             raise ValueError(f"GuessNumberGroupBuilder: group_size must be >= 1, got {self.group_size}")
 
     def game(self) -> GuessNumberGame:
         """A fresh game with this group's secret and rules."""
-        return GuessNumberGame(
-            self.secret,
-            low=self.low,
-            high=self.high,
-            max_turns=self.max_turns,
-            turn_cost=self.turn_cost,
-            invalid_reward=self.invalid_reward,
-        )
+        return self.rules.game(self.secret)
 
     def make_env(self) -> Env:
         return GuessNumberEnv(self.game(), self.renderer)
@@ -266,21 +290,17 @@ class GuessNumberDataset:
 
     Example::
 
-        ds = GuessNumberDataset((1, 4, 9), renderer, batch_size=2, group_size=8, n_batches=10)
+        ds = GuessNumberDataset((1, 4, 9), renderer, GuessNumberRules(high=9), batch_size=2, n_batches=10)
         builders_P = ds.get_batch(0)
     """
 
     secrets: tuple[int, ...]
     renderer: Renderer = attrs.field(eq=False)
+    rules: GuessNumberRules = GuessNumberRules()
     batch_size: int = 8
     group_size: int = 8
     n_batches: int = 1
     seed: int = 0
-    low: int = 0
-    high: int = 15
-    max_turns: int = 5
-    turn_cost: float = 0.1
-    invalid_reward: float = -1.0
     tag: str = "guess_number"
 
     def __attrs_post_init__(self) -> None:
@@ -302,17 +322,7 @@ class GuessNumberDataset:
         else:
             chosen = [rng.choice(self.secrets) for _ in range(self.batch_size)]
         return [
-            GuessNumberGroupBuilder(
-                self.renderer,
-                secret,
-                low=self.low,
-                high=self.high,
-                max_turns=self.max_turns,
-                group_size=self.group_size,
-                turn_cost=self.turn_cost,
-                invalid_reward=self.invalid_reward,
-                tag=self.tag,
-            )
+            GuessNumberGroupBuilder(self.renderer, secret, self.rules, self.group_size, self.tag)
             for secret in chosen
         ]
 
@@ -346,19 +356,11 @@ class GuessNumberTask(PolicyTask):
 
     Example::
 
-        train, test = await GuessNumberTask(low=0, high=15, n_test_secrets=4, group_size=8)()
+        train, test = await GuessNumberTask(rules=GuessNumberRules(high=9), n_test_secrets=2)()
     """
 
-    low: int = 0
-    """The smallest secret."""
-    high: int = 15
-    """The largest secret."""
-    max_turns: int = 5
-    """Guesses per game."""
-    turn_cost: float = 0.1
-    """Reward lost per extra guess: a find pays 1 - turn_cost * (guesses - 1)."""
-    invalid_reward: float = -1.0
-    """Reward of a reply that is not a number from low to high (it ends the game)."""
+    rules: GuessNumberRules = GuessNumberRules()
+    """The games' range, turns and rewards."""
     n_test_secrets: int = 0
     """Secrets held out as the test set (0: the test set is every secret)."""
     seed: int = 0
@@ -373,27 +375,22 @@ class GuessNumberTask(PolicyTask):
     """Training batches."""
 
     def __attrs_post_init__(self) -> None:
-        _check_range(self.low, self.high, self.max_turns, "GuessNumberTask")
-        split_secrets(self.low, self.high, self.n_test_secrets, self.seed)  # validates n_test_secrets
+        self.secrets()  # validates n_test_secrets
 
     def secrets(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(train, test)`` secrets."""
-        return split_secrets(self.low, self.high, self.n_test_secrets, self.seed)
+        return split_secrets(self.rules.low, self.rules.high, self.n_test_secrets, self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = self.secrets()
         train_ds = GuessNumberDataset(
             train,
             self.renderer(),
+            self.rules,
             batch_size=self.batch_size,
             group_size=self.group_size,
             n_batches=self.n_batches,
             seed=self.seed,
-            low=self.low,
-            high=self.high,
-            max_turns=self.max_turns,
-            turn_cost=self.turn_cost,
-            invalid_reward=self.invalid_reward,
         )
         test = test or train  # no held-out secrets: every secret, with the test's own sampling seeds
         return train_ds, attrs.evolve(

@@ -27,16 +27,15 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
-from tempering.envs.problem import RepeatedEnvGroup, SeededBatches, SingleReplyEnv, prompt_messages
+from tempering.envs.problem import SeededBatches, SingleReplyEnv, SingleReplyGroup, prompt_messages
 from tempering.envs.task_base import HeldOutTask
 from tempering.grading import ExtractStyle, MathGrader, extract_answer
-from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset
+from tempering_protocols import Message, Renderer, RLDataset
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
@@ -101,53 +100,24 @@ class MathEnv(SingleReplyEnv):
 
 
 @attrs.frozen
-class MathGroupBuilder(RepeatedEnvGroup):
-    """``group_size`` envs of one problem (they share the first observation)."""
+class MathGroupBuilder(SingleReplyGroup[MathProblem]):
+    """``group_size`` :class:`MathEnv` of one problem (they share the first observation)."""
 
-    problem: MathProblem
-    renderer: Renderer = attrs.field(eq=False)
+    env_type: ClassVar[type[SingleReplyEnv]] = MathEnv
     rewards: MathRewards
-    group_size: int = 8
-    instruction: str | None = DEFAULT_INSTRUCTION
-    system_prompt: str | None = None
-    tag: str = "math"
-
-    def make_env(self) -> Env:
-        return MathEnv(
-            self.problem,
-            self.renderer,
-            self.rewards,
-            instruction=self.instruction,
-            system_prompt=self.system_prompt,
-        )
+    instruction: str | None = attrs.field(default=DEFAULT_INSTRUCTION, kw_only=True)
+    tag: str = attrs.field(default="math", kw_only=True)
 
 
 @attrs.frozen
 class MathDataset(SeededBatches[MathProblem]):
     """``batch_size`` problems per batch, shuffled by ``seed`` (reshuffled each epoch), each a
-    group of ``group_size`` envs; ``len`` is ``n_batches`` (default: one pass)."""
+    :class:`MathGroupBuilder` of ``group_size`` envs; ``len`` is ``n_batches`` (default: one pass)."""
 
-    problems: Sequence[MathProblem]
-    renderer: Renderer = attrs.field(eq=False)
+    group_type: ClassVar[type[SingleReplyGroup[Any]]] = MathGroupBuilder
     rewards: MathRewards
-    batch_size: int
-    group_size: int
-    seed: int = 0
-    n_batches: int | None = None
-    instruction: str | None = DEFAULT_INSTRUCTION
-    system_prompt: str | None = None
-    tag: str = "math"
-
-    def make_group(self, problem: MathProblem, /) -> EnvGroupBuilder:
-        return MathGroupBuilder(
-            problem,
-            self.renderer,
-            self.rewards,
-            group_size=self.group_size,
-            instruction=self.instruction,
-            system_prompt=self.system_prompt,
-            tag=self.tag,
-        )
+    instruction: str | None = attrs.field(default=DEFAULT_INSTRUCTION, kw_only=True)
+    tag: str = attrs.field(default="math", kw_only=True)
 
 
 def _check_dataset(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -217,16 +187,5 @@ class MathTask(HeldOutTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train = load_math_problems(self.dataset, source=self.source, split=self.split, limit=self.limit)
-        train_ds = MathDataset(
-            train,
-            self.renderer(),
-            self.rewards(),
-            batch_size=self.batch_size,
-            group_size=self.group_size,
-            seed=self.seed,
-            n_batches=self.n_batches,
-            instruction=self.instruction,
-            system_prompt=self.system_prompt,
-            tag=self.dataset,
-        )
+        train_ds = self.dataset_of(MathDataset, train, rewards=self.rewards(), tag=self.dataset)
         return self.with_test(train_ds, self.test_problems())

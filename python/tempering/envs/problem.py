@@ -9,6 +9,11 @@ A :class:`ProblemGroupBuilder` makes ``G`` envs of one problem (so the group's f
 request with ``num_samples = G``); a :class:`ProblemDataset` yields ``P`` builders per batch,
 depending only on ``(seed, index)``.
 
+Every single-reply family (problems here, math, code) is the same three layers: an env
+(:class:`SingleReplyEnv`), a group of one problem (:class:`SingleReplyGroup`, its ``env_type``
+built from the group's fields of the same names) and a dataset (:class:`SeededBatches`, its
+``group_type`` built from the dataset's fields of the same names, :func:`from_fields`).
+
 Example::
 
     renderer = get_renderer("chatml", tokenizer)
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 import numpy as np
@@ -46,9 +51,11 @@ __all__ = [
     "RepeatedEnvGroup",
     "SeededBatches",
     "SingleReplyEnv",
+    "SingleReplyGroup",
     "batch_picks",
     "exact_match",
     "first_number_match",
+    "from_fields",
     "held_out",
     "lowercase_fraction",
     "prompt_messages",
@@ -56,6 +63,7 @@ __all__ = [
 
 P = TypeVar("P")
 D = TypeVar("D", bound=attrs.AttrsInstance)
+T = TypeVar("T")
 
 Grader = Callable[[str, str], float]
 """``grader(response_text, reference_answer) -> correctness in [0, 1]``; must pickle (a
@@ -142,6 +150,25 @@ class SingleReplyEnv(Env):
         )
 
 
+def from_fields(cls: Callable[..., T], source: object, **given: Any) -> T:
+    """``cls`` (an attrs class) built from ``given`` and, for each of its other init fields,
+    ``source``'s field of the same name (``source`` is an attrs instance too; a field it lacks
+    keeps its default).
+
+    Example::
+
+        from_fields(ProblemEnv, group)            # group.problem, .renderer, .grader, .format_coef, ...
+        from_fields(ProblemGroupBuilder, dataset, problem=problem)
+    """
+    have = {field.name for field in attrs.fields(type(source))}  # pyright: ignore[reportArgumentType]
+    values: dict[str, Any] = {}
+    for field in attrs.fields(cls):  # pyright: ignore[reportArgumentType]
+        name: str = field.name
+        if field.init and name not in given and name in have:
+            values[field.alias] = getattr(source, name)
+    return cls(**values, **given)
+
+
 class RepeatedEnvGroup(EnvGroupBuilder):
     """A group of ``group_size`` fresh envs from :meth:`make_env` (so they share the first
     observation), logged under ``tag``."""
@@ -158,6 +185,23 @@ class RepeatedEnvGroup(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return [self.tag]
+
+
+@attrs.frozen
+class SingleReplyGroup(RepeatedEnvGroup, Generic[P]):
+    """``group_size`` envs of one problem (they share the first observation): each an
+    ``env_type`` built from this group's fields of the same names (:func:`from_fields`). A
+    family adds its grading field (positional, after ``renderer``) and its prompt settings."""
+
+    env_type: ClassVar[type[SingleReplyEnv]]
+    problem: P
+    renderer: Renderer = attrs.field(eq=False)
+    group_size: int = attrs.field(default=8, kw_only=True)
+    system_prompt: str | None = attrs.field(default=None, kw_only=True)
+    tag: str = attrs.field(default="problems", kw_only=True)
+
+    def make_env(self) -> Env:
+        return from_fields(self.env_type, self)
 
 
 @attrs.define(eq=False)
@@ -189,30 +233,17 @@ class ProblemEnv(SingleReplyEnv):
 
 
 @attrs.frozen
-class ProblemGroupBuilder(RepeatedEnvGroup):
-    """``group_size`` envs of one problem (they share the first observation).
+class ProblemGroupBuilder(SingleReplyGroup[Problem]):
+    """``group_size`` :class:`ProblemEnv` of one problem (they share the first observation).
 
     Example::
 
         ProblemGroupBuilder(Problem("2+2?", "4"), renderer, exact_match, group_size=8, tag="arith")
     """
 
-    problem: Problem
-    renderer: Renderer = attrs.field(eq=False)
+    env_type: ClassVar[type[SingleReplyEnv]] = ProblemEnv
     grader: Grader
-    group_size: int = 8
-    format_coef: float = 0.1
-    system_prompt: str | None = None
-    tag: str = "problems"
-
-    def make_env(self) -> Env:
-        return ProblemEnv(
-            self.problem,
-            self.renderer,
-            self.grader,
-            format_coef=self.format_coef,
-            system_prompt=self.system_prompt,
-        )
+    format_coef: float = attrs.field(default=0.1, kw_only=True)
 
 
 def batch_picks(n: int, batch_size: int, seed: int, index: int) -> list[int]:
@@ -232,19 +263,27 @@ def held_out(dataset: D, problems: Sequence[Any], *, group_size: int, seed: int)
     )
 
 
+@attrs.frozen
 class SeededBatches(Generic[P]):
     """The plumbing of a problem dataset: ``batch_size`` of ``problems`` per batch in the order
-    of :func:`batch_picks` (seeded by ``seed``, reshuffled each epoch), each a group from
-    :meth:`make_group`; ``len`` is ``n_batches`` (default: one pass)."""
+    of :func:`batch_picks` (seeded by ``seed``, reshuffled each epoch), each a group of
+    ``group_size`` replies from :meth:`make_group` (a ``group_type`` built from this dataset's
+    fields of the same names); ``len`` is ``n_batches`` (default: one pass). A family adds its
+    grading field (positional, after ``renderer``) and its prompt settings."""
 
+    group_type: ClassVar[type[SingleReplyGroup[Any]]]
     problems: Sequence[P]
-    batch_size: int
-    seed: int
-    n_batches: int | None
+    renderer: Renderer = attrs.field(eq=False)
+    batch_size: int = attrs.field(kw_only=True)
+    group_size: int = attrs.field(kw_only=True)
+    seed: int = attrs.field(default=0, kw_only=True)
+    n_batches: int | None = attrs.field(default=None, kw_only=True)
+    system_prompt: str | None = attrs.field(default=None, kw_only=True)
+    tag: str = attrs.field(default="problems", kw_only=True)
 
     def make_group(self, problem: P, /) -> EnvGroupBuilder:
         """The group of envs of one problem."""
-        raise NotImplementedError
+        return from_fields(self.group_type, self, problem=problem)
 
     def __len__(self) -> int:
         if self.n_batches is not None:
@@ -267,24 +306,6 @@ class ProblemDataset(SeededBatches[Problem]):
         builders_P = ds.get_batch(0)
     """
 
-    problems: Sequence[Problem]
-    renderer: Renderer = attrs.field(eq=False)
+    group_type: ClassVar[type[SingleReplyGroup[Any]]] = ProblemGroupBuilder
     grader: Grader
-    batch_size: int
-    group_size: int
-    seed: int = 0
-    n_batches: int | None = None
-    format_coef: float = 0.1
-    system_prompt: str | None = None
-    tag: str = "problems"
-
-    def make_group(self, problem: Problem, /) -> EnvGroupBuilder:
-        return ProblemGroupBuilder(
-            problem,
-            self.renderer,
-            self.grader,
-            group_size=self.group_size,
-            format_coef=self.format_coef,
-            system_prompt=self.system_prompt,
-            tag=self.tag,
-        )
+    format_coef: float = attrs.field(default=0.1, kw_only=True)

@@ -1,6 +1,7 @@
 """What the shipped RL task builders (``RLDatasetBuilder`` configs) share.
 
-- :class:`PolicyTask`: the policy's model and chat format, which render the prompts.
+- :class:`PolicyTask`: the policy's model and chat format, which render the prompts, and a
+  problem dataset in them (:meth:`~PolicyTask.dataset_of`).
 - :class:`HeldOutTask`: a problem task's batches and groups, and its held-out test set (one
   batch, ``test_group_size`` replies a problem, sampled with ``seed + 1``).
 
@@ -12,20 +13,19 @@ Example::
     @attrs.frozen(kw_only=True)
     class MyTask(HeldOutTask):
         async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-            train = ProblemDataset(TRAIN, self.renderer(), exact_match, batch_size=self.batch_size,
-                                   group_size=self.group_size, seed=self.seed, n_batches=self.n_batches)
+            train = self.dataset_of(ProblemDataset, TRAIN, grader=exact_match)
             return self.with_test(train, TEST)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
 from tempering.backend import load_renderer
-from tempering.envs.problem import held_out
+from tempering.envs.problem import from_fields, held_out
 from tempering_protocols import Renderer
 
 __all__ = ["HeldOutTask", "PolicyTask"]
@@ -46,6 +46,12 @@ class PolicyTask:
     def renderer(self) -> Renderer:
         """The policy's renderer."""
         return load_renderer(self.base_model, self.renderer_name)
+
+    def dataset_of(self, cls: Callable[..., D], problems: Sequence[Any], **given: Any) -> D:
+        """A ``cls`` dataset (:class:`~tempering.envs.problem.SeededBatches`) of ``problems`` in
+        this task's renderer, with ``given`` and, for its other fields, this task's fields of the
+        same names (batch_size, group_size, seed, n_batches, system_prompt, ...)."""
+        return from_fields(cls, self, problems=problems, renderer=self.renderer(), **given)
 
 
 @attrs.frozen(kw_only=True)

@@ -16,21 +16,18 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import attrs
 
 from tempering.envs.problem import (
-    Grader,
     Problem,
     ProblemDataset,
     first_number_match,
     lowercase_fraction,
 )
-from tempering.envs.task_base import HeldOutTask, PolicyTask
+from tempering.envs.task_base import PolicyTask
 from tempering_protocols import RLDataset
 
-__all__ = ["ArithmeticTask", "LowercaseTask", "problem_dataset"]
+__all__ = ["ArithmeticTask", "LowercaseTask"]
 
 _LOWERCASE_PROMPTS = ("Reply in lowercase.", "Say a word.", "Write letters.", "Answer quietly.")
 
@@ -53,7 +50,9 @@ class LowercaseTask(PolicyTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
-        train = problem_dataset(self, problems, lowercase_fraction, tag="lowercase", format_coef=0.0)
+        train = self.dataset_of(
+            ProblemDataset, problems, grader=lowercase_fraction, tag="lowercase", format_coef=0.0
+        )
         return train, attrs.evolve(train, n_batches=self.n_test_batches, seed=self.seed + 1)
 
 
@@ -84,27 +83,7 @@ class ArithmeticTask(PolicyTask):
             return out
 
         test_items = problems("arithmetic_chat_test.jsonl")
-        train = problem_dataset(self, problems("arithmetic_chat.jsonl"), first_number_match, tag="arithmetic")
+        train = self.dataset_of(
+            ProblemDataset, problems("arithmetic_chat.jsonl"), grader=first_number_match, tag="arithmetic"
+        )
         return train, attrs.evolve(train, problems=test_items, n_batches=1, seed=self.seed + 1)
-
-
-def problem_dataset(
-    task: LowercaseTask | ArithmeticTask | HeldOutTask,
-    problems: Sequence[Problem],
-    grader: Grader,
-    *,
-    tag: str,
-    format_coef: float = 0.1,
-) -> ProblemDataset:
-    """``problems`` graded by ``grader``, in ``task``'s renderer, batches, groups and seed."""
-    return ProblemDataset(
-        problems,
-        task.renderer(),
-        grader,
-        batch_size=task.batch_size,
-        group_size=task.group_size,
-        seed=task.seed,
-        n_batches=task.n_batches,
-        format_coef=format_coef,
-        tag=tag,
-    )

@@ -62,7 +62,7 @@ import attrs
 import numpy as np
 
 from tempering.envs.message import GameEnvAdapter, MessageStepResult, PrefixedFigures
-from tempering.envs.turn_based import TurnBasedGame, TurnBasedPlayer, TurnBasedPlayerEnv, players_of
+from tempering.envs.turn_based import TurnBasedGame, TurnBasedGroupBuilder, TurnBasedPlayer
 from tempering_protocols import (
     Env,
     EnvGroupBuilder,
@@ -221,51 +221,29 @@ class TicTacToePlayer(TurnBasedPlayer[TicTacToeGame]):
 
 
 @attrs.frozen
-class TicTacToeGroupBuilder(EnvGroupBuilder):
-    """``n_games`` self-play games; both players of each game are members of the group.
+class TicTacToeGroupBuilder(TurnBasedGroupBuilder[TicTacToePlayer]):
+    """``n_games`` self-play games; both players of each game are members of the group
+    (turn-taking, validation and the group's shape: :class:`TurnBasedGroupBuilder`).
 
     Example::
 
         check_env_group_builder(TicTacToeGroupBuilder(renderer, n_games=2, turn_timeout_s=0.05))
     """
 
-    coordinated_envs: ClassVar[bool] = True
-    renderer: Renderer = attrs.field(eq=False)
+    player_type: ClassVar[type[TicTacToePlayer]] = TicTacToePlayer
     n_games: int = 4
     illegal_reward: float = -1.0
     forfeit_reward: float = 0.0
-    turn_timeout_s: float = 60.0
     tag: str = "tic_tac_toe"
 
-    def __attrs_post_init__(self) -> None:
-        if self.n_games < 1:
-            raise ValueError(f"TicTacToeGroupBuilder: n_games must be >= 1, got {self.n_games}")
-        if self.turn_timeout_s <= 0:
-            raise ValueError(f"TicTacToeGroupBuilder: turn_timeout_s must be > 0, got {self.turn_timeout_s}")
+    def new_game(self) -> TicTacToeGame:
+        return TicTacToeGame(self.turn_timeout_s)
 
-    async def make_envs(self) -> Sequence[Env]:
-        envs: list[Env] = []
-        for _ in range(self.n_games):
-            game = TicTacToeGame(self.turn_timeout_s)
-            envs += [TurnBasedPlayerEnv(TicTacToePlayer(game, p), self.renderer) for p in (0, 1)]
-        return envs
-
-    async def compute_group_rewards(
-        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
-    ) -> list[tuple[float, Metrics]]:
-        out: list[tuple[float, Metrics]] = []
-        for inner in players_of(envs_G, TicTacToePlayer):
-            if inner is None or not inner.game.over:
-                out.append((0.0, {}))
-                continue
-            reward = inner.game.reward(
-                inner.player, illegal_reward=self.illegal_reward, forfeit_reward=self.forfeit_reward
-            )
-            out.append((reward, inner.game.metrics(inner.player)))
-        return out
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
+    def outcome(self, player: TicTacToePlayer) -> tuple[float, Metrics]:
+        reward = player.game.reward(
+            player.player, illegal_reward=self.illegal_reward, forfeit_reward=self.forfeit_reward
+        )
+        return reward, player.game.metrics(player.player)
 
 
 # ------------------------------------------------------------------------------ against random

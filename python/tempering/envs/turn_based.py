@@ -4,7 +4,8 @@ The envs of one group are the players of one game; each player's env waits (in
 ``initial_observation`` or ``step``) until the opponent has moved, so the builder sets
 ``coordinated_envs = True``. A game subclasses :class:`TurnBasedGame` (its state and
 :meth:`~TurnBasedGame.apply`), a player :class:`TurnBasedPlayer` (what it sees and how a reply
-parses), and the env that renders a player is a :class:`TurnBasedPlayerEnv`.
+parses), and the env that renders a player is a :class:`TurnBasedPlayerEnv`. A game's group
+builder subclasses :class:`TurnBasedGroupBuilder` (a new game, and a finished game's reward).
 
 - A player who waits longer than ``turn_timeout_s`` for the opponent wins by forfeit, so a game
   never hangs on a failed or absent opponent.
@@ -23,14 +24,23 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
-from tempering_protocols import Action, Env, Message, Metrics, Renderer, StepResult
+from tempering_protocols import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Message,
+    Metrics,
+    Renderer,
+    StepResult,
+    Trajectory,
+)
 
-__all__ = ["TurnBasedGame", "TurnBasedPlayer", "TurnBasedPlayerEnv", "players_of"]
+__all__ = ["TurnBasedGame", "TurnBasedGroupBuilder", "TurnBasedPlayer", "TurnBasedPlayerEnv", "players_of"]
 
 _Move = TypeVar("_Move")
 _Game = TypeVar("_Game", bound="TurnBasedGame[Any]")
@@ -156,3 +166,61 @@ def players_of(envs_G: Sequence[Env], kind: type[_Player]) -> list[_Player | Non
         inner = env.env if isinstance(env, MessageEnvAdapter) else None
         out.append(inner if isinstance(inner, kind) else None)
     return out
+
+
+@attrs.frozen
+class TurnBasedGroupBuilder(EnvGroupBuilder, ABC, Generic[_Player]):
+    """``n_games`` games; both players of each game are members of the group (``[game0 player 0,
+    game0 player 1, game1 player 0, …]``), and a finished game's outcome is the group reward.
+
+    A subclass sets ``player_type`` (its :class:`TurnBasedPlayer`, built as ``player_type(game,
+    player)``) and ``unfinished_metrics`` (a member whose game did not finish scores 0 with
+    these), and defines :meth:`new_game` and :meth:`outcome`.
+    """
+
+    coordinated_envs: ClassVar[bool] = True
+    player_type: ClassVar[type[Any]]
+    unfinished_metrics: ClassVar[Metrics] = {}
+    renderer: Renderer = attrs.field(eq=False)
+    n_games: int = 1
+    turn_timeout_s: float = 60.0
+    max_context_tokens: int | None = None
+    tag: str = "turn_based"
+
+    def __attrs_post_init__(self) -> None:
+        name = type(self).__name__
+        if self.n_games < 1:
+            raise ValueError(f"{name}: n_games must be >= 1, got {self.n_games}")
+        if self.turn_timeout_s <= 0:
+            raise ValueError(f"{name}: turn_timeout_s must be > 0, got {self.turn_timeout_s}")
+
+    @abstractmethod
+    def new_game(self) -> TurnBasedGame[Any]:
+        """A fresh game for two of the group's members."""
+
+    @abstractmethod
+    def outcome(self, player: _Player) -> tuple[float, Metrics]:
+        """The group reward and metrics of ``player``, whose game is over."""
+
+    async def make_envs(self) -> Sequence[Env]:
+        envs: list[Env] = []
+        for _ in range(self.n_games):
+            game = self.new_game()
+            for player in (0, 1):
+                inner: TurnBasedPlayer[Any] = self.player_type(game, player)
+                envs.append(TurnBasedPlayerEnv(inner, self.renderer, self.max_context_tokens))
+        return envs
+
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env], /
+    ) -> list[tuple[float, Metrics]]:
+        out: list[tuple[float, Metrics]] = []
+        for inner in players_of(envs_G, self.player_type):
+            if inner is None or not inner.game.over:
+                out.append((0.0, dict(self.unfinished_metrics)))
+            else:
+                out.append(self.outcome(inner))
+        return out
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]

@@ -38,7 +38,7 @@ import attrs
 import numpy as np
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
-from tempering.envs.problem import RepeatedEnvGroup
+from tempering.envs.problem import RepeatedEnvGroup, from_fields
 from tempering_protocols import Env, EnvGroupBuilder, Message, MessageCompleter, Metrics, Renderer, Trajectory
 
 __all__ = [
@@ -222,36 +222,26 @@ class TwentyQuestionsGroupBuilder(RepeatedEnvGroup):
         )
 
 
+@attrs.frozen
 class TwentyQuestionsDataset:
     """``n_batches`` batches of ``batch_size`` secrets drawn from ``secrets`` (seeded by
-    ``(seed, index)``), each a :class:`TwentyQuestionsGroupBuilder` of ``group_size`` games."""
+    ``(seed, index)``), each a :class:`TwentyQuestionsGroupBuilder` of ``group_size`` games (its
+    other settings: this dataset's fields of the same names)."""
 
-    def __init__(
-        self,
-        secrets: Sequence[WordEntry],
-        words: Sequence[WordEntry],
-        renderer: Renderer,
-        answerer: MessageCompleter,
-        *,
-        batch_size: int,
-        group_size: int,
-        n_batches: int,
-        seed: int = 0,
-        max_turns: int = 20,
-        turn_cost: float = 0.02,
-    ) -> None:
-        if not secrets:
+    secrets: Sequence[WordEntry]
+    words: Sequence[WordEntry] = attrs.field(eq=False)
+    renderer: Renderer = attrs.field(eq=False)
+    answerer: MessageCompleter = attrs.field(eq=False)
+    batch_size: int = attrs.field(kw_only=True)
+    group_size: int = attrs.field(kw_only=True)
+    n_batches: int = attrs.field(kw_only=True)
+    seed: int = attrs.field(default=0, kw_only=True)
+    max_turns: int = attrs.field(default=20, kw_only=True)
+    turn_cost: float = attrs.field(default=0.02, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.secrets:
             raise ValueError("TwentyQuestionsDataset: no secrets")
-        self.secrets = list(secrets)
-        self.words = list(words)
-        self.renderer = renderer
-        self.answerer = answerer
-        self.batch_size = batch_size
-        self.group_size = group_size
-        self.n_batches = n_batches
-        self.seed = seed
-        self.max_turns = max_turns
-        self.turn_cost = turn_cost
 
     def __len__(self) -> int:
         return self.n_batches
@@ -261,18 +251,7 @@ class TwentyQuestionsDataset:
         picks = rng.choice(
             len(self.secrets), size=self.batch_size, replace=self.batch_size > len(self.secrets)
         )
-        return [
-            TwentyQuestionsGroupBuilder(
-                self.secrets[int(i)],
-                self.words,
-                self.renderer,
-                self.answerer,
-                group_size=self.group_size,
-                max_turns=self.max_turns,
-                turn_cost=self.turn_cost,
-            )
-            for i in picks
-        ]
+        return [from_fields(TwentyQuestionsGroupBuilder, self, secret=self.secrets[int(i)]) for i in picks]
 
 
 @attrs.frozen

@@ -43,7 +43,12 @@ from typing import ClassVar
 import attrs
 
 from tempering.envs.game_data import TEACHERS, Teacher, scripted_stats, write_transcripts
-from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberStats, GuessNumberTask
+from tempering.envs.guess_number import (
+    GuessNumberGroupBuilder,
+    GuessNumberRules,
+    GuessNumberStats,
+    GuessNumberTask,
+)
 from tempering.evals.accuracy import wilson_interval
 from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
@@ -110,8 +115,9 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     def task(self) -> GuessNumberTask:
         """The RL task of this config."""
         return from_flags(
-            GuessNumberTask, self, "rl_", "", test_group_size=self.group_size, n_batches=self.rl_steps
-        )
+            GuessNumberTask, self, "rl_", "", rules=from_flags(GuessNumberRules, self),
+            test_group_size=self.group_size, n_batches=self.rl_steps,
+        )  # fmt: skip
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         task = self.task()
@@ -120,12 +126,9 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         renderer = self.renderer()
         low, high, max_turns = self.low, self.high, self.max_turns
         eval_builders = [
-            GuessNumberGroupBuilder(
-                renderer, secret, low=low, high=high, max_turns=max_turns, group_size=self.eval_samples,
-                turn_cost=self.turn_cost, invalid_reward=self.invalid_reward,
-            )
+            GuessNumberGroupBuilder(renderer, secret, task.rules, group_size=self.eval_samples)
             for secret in eval_secrets
-        ]  # fmt: skip
+        ]
 
         async def evaluate(stage: str, sampler: SamplingClient) -> GuessNumberStats:
             stats = await evaluate_guess_number(
