@@ -94,3 +94,12 @@ def test_every_flag_has_help_text(
         if text.startswith("(default") and line.split()[0] != "--help":
             bare.append(line.split()[0])
     assert bare == [], f"tempering {name}: flags without help text: {bare}"
+
+
+def test_a_role_at_a_line_start_does_not_cut_the_description(capsys: pytest.CaptureFixture[str]) -> None:
+    # ArithmeticProblems' docstring has ":func:`split_problems`" at the start of a line, which
+    # the docstring parser would read as a field list and end the description there.
+    with pytest.raises(SystemExit):
+        _tyro_cli(RLCommandConfig, ["dataset:arithmetic-demo", "--help"], "tempering rl", "rl")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "held-out split of split_problems (seed, n_test)" in text

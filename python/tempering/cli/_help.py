@@ -51,10 +51,24 @@ def plain(text: str) -> str:
     return "\n".join(out)
 
 
+def _description(obj: object, description: str) -> str:
+    """A class's description, re-read with its roles resolved first: the docstring parser that
+    tyro uses takes a line starting with a role (``:func:`f```) for a field list, which would
+    cut the description at that line."""
+    doc = getattr(obj, "__doc__", None)
+    if not (description and isinstance(doc, str) and re.search(r"(?m)^\s*:[a-z]+:`", doc)):
+        return description
+    import docstring_parser
+
+    return docstring_parser.parse(_ROLE.sub(_role, doc)).description or description
+
+
 def _wrapped(reader: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(reader)
     def read(*args: Any, **kwargs: Any) -> Any:
         out = reader(*args, **kwargs)
+        if reader.__name__ == "get_callable_description" and args and isinstance(out, str):
+            out = _description(args[0], out)
         return plain(out) if isinstance(out, str) else out
 
     read.__dict__["_tempering_plain"] = True
