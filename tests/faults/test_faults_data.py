@@ -138,6 +138,24 @@ def test_a_data_file_edited_between_kill_and_resume_is_refused(tmp_path: Path) -
         RunDir.open(tmp_path / "run", _Config(str(data)))
 
 
+def test_a_relative_data_path_resumed_from_another_directory_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "train.jsonl").write_bytes(_row("a"))
+    monkeypatch.chdir(tmp_path / "a")
+    _started_run(tmp_path, Path("train.jsonl"))
+    assert RunDir.open(tmp_path / "run", _Config("train.jsonl"))[1]  # same directory: resumes
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(RunExistsError) as exc:
+        RunDir.open(tmp_path / "run", _Config("train.jsonl"))
+    message = str(exc.value)
+    assert "is gone (a relative path, read from the current directory" in message
+    assert str(tmp_path / "b") in message
+    assert "resume from the directory the run started in" in message
+
+
 def test_a_corrupt_config_json_names_the_file_and_line(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"
     data.write_bytes(_row("a"))

@@ -209,9 +209,15 @@ def _check_data_files(config_path: Path, recorded: object) -> None:
         return  # a run started before files were recorded
     for name, digest in cast("dict[str, object]", recorded).items():
         if not os.path.isfile(name):
+            where = (
+                ""
+                if os.path.isabs(name)
+                else f" (a relative path, read from the current directory {os.getcwd()}: resume from "
+                "the directory the run started in)"
+            )
             raise RunExistsError(
-                f"{name}: this data file of the run in {config_path.parent} is gone; restore it to "
-                f"resume, or {_OVERWRITE}"
+                f"{name}: this data file of the run in {config_path.parent} is gone{where}; restore "
+                f"it to resume, or {_OVERWRITE}"
             )
         if _sha256(name) != digest:
             raise RunExistsError(
