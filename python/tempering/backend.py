@@ -12,10 +12,12 @@ the local engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import warnings
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Generator
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -28,6 +30,7 @@ __all__ = [
     "SessionStatus",
     "close_service",
     "end_session",
+    "ending_session",
     "load_renderer",
     "load_tokenizer",
     "service_client",
@@ -123,6 +126,26 @@ def end_session(service: object, error: BaseException | None) -> None:
         if error is None:
             raise
         warnings.warn(f"closing the service after an {status} run failed: {exc!r}", stacklevel=2)
+
+
+S = TypeVar("S")
+
+
+@contextlib.contextmanager
+def ending_session(service: S) -> Generator[S]:
+    """``service`` for the block, then :func:`end_session` with how the block ended.
+
+    Example::
+
+        with ending_session(service_client()) as service:
+            ...   # a hosted session is finished as success, errored or interrupted
+    """
+    try:
+        yield service
+    except BaseException as exc:
+        end_session(service, exc)
+        raise
+    end_session(service, None)
 
 
 def load_tokenizer(base_model: str) -> Tokenizer:

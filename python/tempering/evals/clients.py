@@ -23,11 +23,11 @@ from collections.abc import AsyncGenerator
 
 import attrs
 
-from tempering.backend import ServiceClient, close_service, end_session, service_client, uses_hosted_service
+from tempering.backend import ServiceClient, ending_session, service_client, uses_hosted_service
 from tempering.model_info import resolve_renderer_name
 from tempering_protocols import SamplingClient
 
-__all__ = ["ModelSource", "close_service"]
+__all__ = ["ModelSource"]
 
 
 @attrs.frozen(kw_only=True, slots=False)  # not slotted: it is a mixin of tempering eval's config
@@ -77,16 +77,8 @@ class ModelSource:
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncGenerator[SamplingClient]:
         """The sampling client of this model; the service client is closed on exit."""
-        service = self.service()
-        error: BaseException | None = None
-        try:
+        with ending_session(self.service()) as service:
             if self.model_path is not None:
-                client = await service.create_sampling_client(model_path=self.model_path)
+                yield await service.create_sampling_client(model_path=self.model_path)
             else:
-                client = await service.create_sampling_client(base_model=self.base_model)
-            yield client
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            end_session(service, error)
+                yield await service.create_sampling_client(base_model=self.base_model)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,15 +66,11 @@ class Spread:
 
     @property
     def mean(self) -> float:
-        return sum(self.values) / len(self.values)
+        return statistics.fmean(self.values)
 
     @property
     def sd(self) -> float:
-        n = len(self.values)
-        if n < 2:
-            return 0.0
-        m = self.mean
-        return (sum((v - m) ** 2 for v in self.values) / (n - 1)) ** 0.5
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"seeds": list(self.seeds), "values": list(self.values), "mean": self.mean, "sd": self.sd}

@@ -32,7 +32,7 @@ import attrs
 
 from tempering.backend import (
     ServiceClient,
-    end_session,
+    ending_session,
     load_renderer,
     service_client,
     uses_hosted_service,
@@ -411,12 +411,6 @@ async def recipe_session(
     t_start = time.monotonic()
     if service is None:
         service = recipe_service(base_model if base_model is not None else config.base_model)
-    error: BaseException | None = None
-    try:
+    with ending_session(service):
         run_dir = prepare_run_dir(name, config.out)
         yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        end_session(service, error)
