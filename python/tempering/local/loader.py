@@ -31,12 +31,12 @@ from tempering.local.model import (
     LORA_ALPHA,
     Placement,
     apply_lora,
-    inference_copy,
     load_base_model,
     load_tokenizer,
     lora_targets,
     move,
     resolve_model_dir,
+    sampling_copy,
 )
 from tempering.local.sampling import SamplerModel
 from tempering.local.tiny import TINY_MODEL
@@ -153,7 +153,8 @@ class ModelLoader:
         return client
 
     def sampler(self, model_path: str) -> SamplerModel:
-        """A frozen, merged model for sampling from the weights saved at ``model_path``."""
+        """Frozen weights for sampling from the checkpoint at ``model_path`` (a LoRA adapter
+        over the base model, which is shared when the loader shares bases)."""
         checkpoint = self.store.load(model_path)
         meta = checkpoint.meta
         trainer = self.trainer(meta.base_model, meta.lora, 0)
@@ -171,7 +172,7 @@ class ModelLoader:
             name, model_dir, tokenizer = base.name, base.model_dir, base.tokenizer
         else:
             model_dir = self.model_dir(base_model)
-            model = inference_copy(load_base_model(model_dir, self.placement))
+            model = sampling_copy(load_base_model(model_dir, self.placement))
             name, tokenizer = self._name(base_model, model_dir), load_tokenizer(model_dir)
         return SamplerModel.create(
             model, base_model=name, model_dir=model_dir, placement=self.placement, tokenizer=tokenizer

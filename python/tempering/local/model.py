@@ -41,6 +41,7 @@ __all__ = [
     "move",
     "resolve_model_dir",
     "resolve_placement",
+    "sampling_copy",
     "trainable_parameters",
 ]
 
@@ -237,8 +238,33 @@ def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def sampling_copy(model: nn.Module) -> nn.Module:
+    """Frozen weights to sample from, as they are now, sharing everything that cannot change.
+
+    - A model with nothing to train (a frozen base model) is returned as it is.
+    - A LoRA model gets a structural copy whose frozen base parameters are the same tensors
+      (nothing ever writes to them) and whose adapter weights are copies: the snapshot costs
+      the adapter's memory, not the model's. The adapter stays unmerged; it is applied at
+      decode time.
+    - A fully trained model is copied whole (every weight moves on with training).
+    """
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if not trained:
+        model.eval()
+        return model
+    if isinstance(model, PeftModel):
+        memo: dict[int, object] = {id(p): p for p in model.parameters() if not p.requires_grad}
+        snapshot = copy.deepcopy(model, memo)
+    else:
+        snapshot = copy.deepcopy(model)
+    snapshot.requires_grad_(False)
+    snapshot.eval()
+    return snapshot
+
+
 def inference_copy(model: nn.Module) -> nn.Module:
-    """A frozen copy of ``model`` for sampling, with any LoRA adapter merged into the weights."""
+    """A frozen copy of ``model`` with any LoRA adapter merged into the weights (for export; a
+    sampler uses :func:`sampling_copy`, which shares the base weights)."""
     snapshot = copy.deepcopy(model)
     if isinstance(snapshot, PeftModel):
         base = hf_model(snapshot)

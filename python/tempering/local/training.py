@@ -33,7 +33,7 @@ from tempering.local.checkpoints import (
 from tempering.local.errors import IncompatibleCheckpointError
 from tempering.local.futures import LocalFuture, Worker, WorkerClient
 from tempering.local.losses import Batch, build_batch, get_loss, resolve_config
-from tempering.local.model import Placement, hf_model, inference_copy, trainable_parameters
+from tempering.local.model import Placement, hf_model, sampling_copy, trainable_parameters
 from tempering.local.prefix import plan_prefix, shared_prefix_logits, supports_prefix_sharing
 from tempering.local.sampling import LocalSamplingClient, SamplerModel
 from tempering_protocols.backend import CustomLossFn
@@ -386,10 +386,11 @@ class LocalTrainingClient(WorkerClient):
     # ---- sampling ------------------------------------------------------------------------------
 
     def snapshot(self) -> SamplerModel:
-        """A frozen, merged copy of the current weights for sampling (call it on the client's
-        own thread, or between requests: it reads the weights as they are now)."""
+        """Frozen weights for sampling as they are now (call it on the client's own thread, or
+        between requests). A LoRA snapshot shares the base weights and copies only the adapter
+        (:func:`~tempering.local.model.sampling_copy`)."""
         return SamplerModel.create(
-            inference_copy(self._model),
+            sampling_copy(self._model),
             base_model=self._spec.base_model,
             model_dir=self._spec.model_dir,
             placement=self._placement,
