@@ -312,7 +312,13 @@ def test_idle_sessions_expire(root: Path, tiny_dir: Path) -> None:
                 r.raise_for_status()
                 return {k: v for k, v in r.json().items() if k != "status"}
 
-            assert counts() == {"sessions": 0, "training_models": 0, "samplers": 0}
+            assert counts() == {
+                "sessions": 0,
+                "training_models": 0,
+                "samplers": 0,
+                "sampler_weights": 0,
+                "resident_sampler_weights": 0,
+            }
             script = textwrap.dedent(
                 f"""
                 import tinker
@@ -332,7 +338,13 @@ def test_idle_sessions_expire(root: Path, tiny_dir: Path) -> None:
             deadline = time.monotonic() + 30
             while counts()["training_models"] and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert counts() == {"sessions": 0, "training_models": 0, "samplers": 0}
+            assert counts() == {
+                "sessions": 0,
+                "training_models": 0,
+                "samplers": 0,
+                "sampler_weights": 0,
+                "resident_sampler_weights": 0,
+            }
             expired = [line for line in server.log if "expired after" in line]
             assert expired, "".join(server.log[-20:])
             assert "--session-ttl-s 2" in expired[0]

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tempering.local.checkpoints import CheckpointStore, LoraMeta
+from tempering.local.checkpoints import CheckpointMeta, CheckpointStore, LoadedCheckpoint, LoraMeta
 from tempering.local.errors import IncompatibleCheckpointError
 from tempering.local.model import (
     LORA_ALPHA,
@@ -160,6 +161,26 @@ class ModelLoader:
         trainer = self.trainer(meta.base_model, meta.lora, 0)
         try:
             trainer.restore(checkpoint, with_optimizer=False)
+            return trainer.snapshot()
+        finally:
+            trainer.close()
+
+    def sampler_from_weights(
+        self,
+        base_model: str,
+        lora: LoraMeta,
+        weights: Mapping[str, torch.Tensor],
+        *,
+        shown_as: str = "weights",
+    ) -> SamplerModel:
+        """Frozen weights for sampling from adapter ``weights`` (by parameter name, as a LoRA
+        training client of ``base_model`` with shape ``lora`` names them)."""
+        meta = CheckpointMeta(
+            kind="sampler_weights", base_model=base_model, lora=lora, has_optimizer=False, optimizer_steps=0
+        )
+        trainer = self.trainer(base_model, lora, 0)
+        try:
+            trainer.restore(LoadedCheckpoint(shown_as, meta, dict(weights), None), with_optimizer=False)
             return trainer.snapshot()
         finally:
             trainer.close()

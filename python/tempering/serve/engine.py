@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Generator
@@ -41,8 +41,8 @@ from tempering.local.errors import LocalEngineError
 from tempering.local.futures import Worker, set_torch_threads
 from tempering.local.loader import LoraShape, ModelLoader
 from tempering.local.model import Placement, resolve_model_dir, resolve_placement
-from tempering.local.sampling import LocalSamplingClient
 from tempering.local.training import LocalTrainingClient
+from tempering.serve.samplers import DEFAULT_MAX_RESIDENT, SamplerPool
 from tempering.serve.state import (
     DEFAULT_SESSION_TTL_S,
     GAP_TIMEOUT_S,
@@ -111,9 +111,16 @@ class Engine:
         self.samplers: dict[str, Sampler] = {}
         self.loader = ModelLoader(self.store, self.placement, share_bases=True)
         """Builds every model; base models are loaded once and shared (see the module docstring)."""
-        self._base_samplers: dict[Path, LocalSamplingClient] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loader = Worker("serve-loader")
+        resident = int(os.environ.get("TEMPERING_SERVE_RESIDENT_SAMPLERS", DEFAULT_MAX_RESIDENT))
+        self.pool = SamplerPool(
+            self.loader,
+            self._loader,
+            Path(tempfile.mkdtemp(prefix="tempering-serve-samplers-")),
+            max_resident=resident,
+        )
+        """Sampler weights: shared, deduplicated, bounded in memory (:mod:`tempering.serve.samplers`)."""
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Remember the event loop that owns the bookkeeping (workers report back to it)."""
@@ -157,8 +164,7 @@ class Engine:
             model.queue.close(wait=False)
         for sampler_id in [s for s, sampler in self.samplers.items() if sampler.session_id == session_id]:
             sampler = self.samplers.pop(sampler_id)
-            if not sampler.shared:
-                threading.Thread(target=sampler.client.close, daemon=True).start()
+            self.pool.release(sampler_id, sampler.ref)
 
     def expire_idle_sessions(self, ttl_s: float, now: float | None = None) -> list[str]:
         """Finish every open session that has sent nothing for ``ttl_s`` seconds (its client
@@ -187,6 +193,8 @@ class Engine:
             "sessions": len(self.last_seen),
             "training_models": len(self.models),
             "samplers": len(self.samplers),
+            "sampler_weights": self.pool.held_count(),
+            "resident_sampler_weights": self.pool.resident_count(),
         }
 
     # ---- base models ---------------------------------------------------------------------------
@@ -197,18 +205,6 @@ class Engine:
             return resolve_model_dir(base_model, self.store.root)
         except LocalEngineError as exc:
             raise RequestError(404, str(exc)) from exc
-
-    def _base_sampler(self, base_model: str, model_dir: Path) -> LocalSamplingClient:
-        """One sampling client per base model, shared by every sampling session of it (so that
-        their concurrent requests decode together); its weights load on the loader thread."""
-        client = self._base_samplers.get(model_dir)
-        if client is None:
-            loader = self.loader
-            client = LocalSamplingClient(
-                self._loader.submit(lambda: loader.base_sampler(base_model)).future()
-            )
-            self._base_samplers[model_dir] = client
-        return client
 
     # ---- training models -----------------------------------------------------------------------
 
@@ -356,8 +352,11 @@ class Engine:
         if not isinstance(params, tinker.AdamParams):
             raise RequestError(400, "optim_step: the local server implements AdamParams only")
 
+        model_id = request.model_id
+
         def job(trainer: LocalTrainingClient) -> Payload:
             response = trainer.optim_step(params).result()
+            self.pool.bump(model_id)
             return ("json", {"metrics": dict(response.metrics or {}), "type": "optim_step"})
 
         return self.submit_ordered(request.model_id, request.seq_id, job)
@@ -387,15 +386,22 @@ class Engine:
         if request.sampling_session_seq_id is None:
             raise RequestError(400, "save_weights_for_sampler: give path or sampling_session_seq_id")
         sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
+        kind = request.kind
         if request.seq_id is not None and request.seq_id in model.seen:
             return model.seen[request.seq_id]
 
         def snapshot(trainer: LocalTrainingClient) -> Payload:
             # Runs in order on the model's queue, so the weights are those after every earlier
-            # request; the snapshot is taken before the next request starts.
-            client = LocalSamplingClient(trainer.snapshot())
+            # request; the snapshot is taken before the next request starts. The same weights
+            # version shares one snapshot; inflight clients share one target, updated here.
+            make = trainer.snapshot
+            lora = trainer.spec.lora
+            if kind == "inflight":
+                ref = self.pool.inflight(sampler_id, model.model_id, make, lora)
+            else:
+                ref = self.pool.snapshot(sampler_id, model.model_id, make, lora)
             base = str(trainer.spec.model_dir)
-            sampler = Sampler(sampler_id, model.session_id, client, base, None, shared=False)
+            sampler = Sampler(sampler_id, model.session_id, ref, base, None)
             assert self.loop is not None, "Engine.attach(loop) was not called"
             call_on_loop(self.loop, lambda: self.samplers.__setitem__(sampler_id, sampler))
             return ("json", {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"})
@@ -413,6 +419,7 @@ class Engine:
                 trainer.load_state_with_optimizer(path).result()
             else:
                 trainer.load_state(path).result()
+            self.pool.bump(model_id)
             return ("json", {"path": tinker_path, "model_id": model_id, "type": "load_weights"})
 
         return self.submit_ordered(request.model_id, request.seq_id, job)
@@ -448,19 +455,16 @@ class Engine:
             self.check_checkpoint(path)
             meta = self.store.read_meta(path)
             model_dir = self.model_dir(meta.base_model)
-            weights = self._loader.submit(lambda: self.loader.sampler(path)).future()
-            client = LocalSamplingClient(weights)
+            ref = self.pool.checkpoint(sampler_id, path)
             self.samplers[sampler_id] = Sampler(
-                sampler_id, request.session_id, client, str(model_dir), request.model_path, False
+                sampler_id, request.session_id, ref, str(model_dir), request.model_path
             )
             return sampler_id
         if request.base_model is None:
             raise RequestError(400, "create_sampling_session: give model_path or base_model")
         model_dir = self.model_dir(request.base_model)
-        client = self._base_sampler(request.base_model, model_dir)
-        self.samplers[sampler_id] = Sampler(
-            sampler_id, request.session_id, client, str(model_dir), None, True
-        )
+        ref = self.pool.base(sampler_id, request.base_model, model_dir)
+        self.samplers[sampler_id] = Sampler(sampler_id, request.session_id, ref, str(model_dir), None)
         return sampler_id
 
     def sampler(self, sampler_id: str) -> Sampler:
@@ -477,9 +481,13 @@ class Engine:
         seq = request.seq_id
         if seq is not None and seq in sampler.seen:
             return sampler.seen[seq]
-        local = sampler.client.sample(
-            request.prompt, request.num_samples, request.sampling_params, bool(request.prompt_logprobs)
-        ).future()
+        local = (
+            sampler.ref.client()
+            .sample(
+                request.prompt, request.num_samples, request.sampling_params, bool(request.prompt_logprobs)
+            )
+            .future()
+        )
         if local.done() and local.exception() is not None:
             error = local.exception()
             raise RequestError(400, f"asample: {error}")
@@ -495,6 +503,5 @@ class Engine:
         """Stop every queue (queued work is dropped; checkpoints on disk stay)."""
         for model in self.models.values():
             model.queue.close(wait=False)
+        self.pool.close()
         self._loader.close(wait=False)
-        for client in self._base_samplers.values():
-            client.close()

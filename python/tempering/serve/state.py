@@ -31,8 +31,8 @@ from tinker import types as ttypes
 from tempering.local.checkpoints import SCHEME
 from tempering.local.errors import LocalEngineError
 from tempering.local.futures import Worker
-from tempering.local.sampling import LocalSamplingClient
 from tempering.local.training import LocalTrainingClient
+from tempering.serve.samplers import SamplerRef
 from tempering.serve.wire import WireError
 
 __all__ = [
@@ -232,14 +232,14 @@ class TrainingModel:
 
 @dataclass
 class Sampler:
-    """One sampling session: a local sampling client and what ``/samplers/{id}`` reports."""
+    """One sampling session: the sampler weights it uses and what ``/samplers/{id}`` reports."""
 
     sampler_id: str
     session_id: str
-    client: LocalSamplingClient
+    ref: SamplerRef
+    """The weights it samples from (shared with other sessions where they are the same)."""
     base_model: str
     model_path: str | None
-    shared: bool
     seen: OrderedDict[int, tuple[str, list[str]]] = field(
         default_factory=lambda: OrderedDict[int, tuple[str, list[str]]]()
     )
