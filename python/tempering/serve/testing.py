@@ -73,6 +73,11 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"the server did not start: {''.join(self.log)}")
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
     def _pump(self) -> None:
         proc = self._proc
         if proc is None or proc.stdout is None:
