@@ -310,6 +310,17 @@ class CheckpointStore:
         """
         write_sidecar(self.resolve(path), **fields)
 
+    def run_annotations(self, run_id: str) -> dict[str, Any]:
+        """What :meth:`annotate_run` recorded about the training run ``run_id``."""
+        return read_sidecar(self.root / "checkpoints" / run_id)
+
+    def annotate_run(self, run_id: str, **fields: Any) -> None:
+        """Record ``fields`` about the training run ``run_id`` (its ``user_metadata``), in a
+        ``tinker.json`` beside its checkpoint kinds."""
+        directory = self.root / "checkpoints" / run_id
+        directory.mkdir(parents=True, exist_ok=True)
+        write_sidecar(directory, **fields)
+
     def read_meta(self, path: str) -> CheckpointMeta:
         directory = self.resolve(path)
         raw = json.loads((directory / "meta.json").read_text())
