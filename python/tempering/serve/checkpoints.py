@@ -347,11 +347,13 @@ def checkpoint_routes(
         return JSONResponse({"request_id": request_id, "model_id": req.model_id})
 
     copies: OrderedDict[str, str] = OrderedDict()
-    """``X-Idempotency-Key`` -> the path its copy_weights made (a retry gets the same copy)."""
+    """``X-Idempotency-Key`` and request -> the path its copy made (a retry gets the same copy)."""
 
     async def copy_weights(request: Request) -> Response:
         req = await parse(request, ttypes.CopyWeightsRequest)
         key = request.headers.get("x-idempotency-key")
+        if key:  # the same operation: the same key and the same request
+            key = f"{key} {req.model_dump_json()}"
         if key and key in copies:
             return JSONResponse({"tinker_path": copies[key]})
         slot = None

@@ -123,7 +123,7 @@ class Engine:
     # ---- sessions ----------------------------------------------------------------------------
 
     def create_session(self, request: ttypes.CreateSessionRequest) -> str:
-        return self.sessions.create(request.user_metadata)
+        return self.sessions.create(request)
 
     def open_session(self, session_id: str) -> None:
         """Check that ``session_id`` exists and is not finished; it counts as activity."""
@@ -136,7 +136,8 @@ class Engine:
         return {
             "training_run_ids": list(self.session_models.get(session_id, [])),
             "sampler_ids": [s for s, sampler in self.samplers.items() if sampler.session_id == session_id],
-            "user_metadata": self.sessions.metadata.get(session_id),
+            "user_metadata": self.sessions.described[session_id][0],
+            "display_name": self.sessions.described[session_id][1],
         }
 
     def finish_session(self, session_id: str) -> None:

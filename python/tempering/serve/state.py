@@ -222,16 +222,14 @@ class Sessions:
         """Open session id -> when (``time.monotonic()``) it last sent a request or heartbeat."""
         self.expired: dict[str, float] = {}
         """Session id -> the idle time after which it expired (for the refusals that follow)."""
-        self.metadata: dict[str, dict[str, str]] = {}
-        """Session id -> its ``user_metadata`` (``create_session``), if it gave any."""
+        self.described: dict[str, tuple[dict[str, str] | None, str | None]] = {}
+        """Session id -> its ``user_metadata`` and ``display_name`` (``create_session``)."""
 
-    def create(self, user_metadata: Mapping[str, Any] | None) -> str:
+    def create(self, request: ttypes.CreateSessionRequest) -> str:
         session_id = f"session-{uuid.uuid4().hex[:16]}"
         self.state[session_id] = True
         self.last_seen[session_id] = time.monotonic()
-        metadata = metadata_strings(user_metadata)
-        if metadata is not None:
-            self.metadata[session_id] = metadata
+        self.described[session_id] = (metadata_strings(request.user_metadata), request.display_name)
         return session_id
 
     def touch(self, session_id: str) -> None:

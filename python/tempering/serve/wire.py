@@ -74,6 +74,10 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
             config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
     elif message.loss_fn_config:
         config = {key: float(v) for key, v in message.loss_fn_config.items()}
+    for d, datum in enumerate(message.data):  # a malformed sparse tensor is refused now (400)
+        for name, tensor in datum.loss_fn_inputs.items():
+            if tensor.WhichOneof("encoding") == "sparse_csr":
+                _tensor(tensor, f"forward_backward: datum {d}, field {name!r}")
     return ForwardBackwardCall(
         model_id=message.model_id,
         seq_id=int(message.seq_id),
