@@ -270,9 +270,18 @@ def test_copy_weights(
     assert parsed.checkpoint_id == "weights/to-copy"
     assert copied_sampler.endswith("/sampler_weights/to-copy")
     rest.delete_checkpoint_from_tinker_path(state).result(timeout=30)  # the copy stands alone
-    resumed = service.create_training_client_from_state(copied).result(timeout=120)
+    resumed = service.create_training_client_from_state(copied, user_metadata={"from": "copy"}).result(
+        timeout=120
+    )
     got = resumed.forward(data, "cross_entropy").result(timeout=60).loss_fn_outputs[0]["logprobs"].to_numpy()
     np.testing.assert_allclose(got, before, rtol=1e-6)
+    resumed.save_state("resumed").result(timeout=60)
+    assert rest.get_training_run(resumed.model_id).result(timeout=30).user_metadata == {"from": "copy"}
+    archive = tinker.ServiceClient(project_id="proj-archive", base_url=server.url, api_key=API_KEY)
+    try:  # ServiceClient.copy_weights: into its project
+        assert archive.copy_weights(copied).result(timeout=60).endswith("/weights/to-copy")
+    finally:
+        archive.close("success").result(timeout=30)
     sampler = service.create_sampling_client(model_path=copied_sampler).result(timeout=120)
     assert sampler.compute_logprobs(tinker.ModelInput.from_ints(TOKENS[:8])).result(timeout=60)[0] is None
     listed = {
