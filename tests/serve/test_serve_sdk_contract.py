@@ -199,7 +199,9 @@ def _when(value: dt.datetime | None) -> float:
     return value.timestamp()
 
 
-def test_ttl_and_user_metadata_on_saves(rest: tinker.RestClient, trainer: tinker.TrainingClient) -> None:
+def test_ttl_and_user_metadata_on_saves(
+    service: tinker.ServiceClient, rest: tinker.RestClient, trainer: tinker.TrainingClient
+) -> None:
     """``list_checkpoints(training_client.model_id)`` finds the client's checkpoints, with the
     expiry times and metadata they were saved with; an expired one goes at the next listing."""
     saved_at = time.time()
@@ -219,6 +221,8 @@ def test_ttl_and_user_metadata_on_saves(rest: tinker.RestClient, trainer: tinker
     assert run.user_metadata == {"team": "tempering", "purpose": "tests"}
     assert run.training_run_id == tinker.ParsedCheckpointTinkerPath.from_tinker_path(kept).training_run_id
     time.sleep(max(0.0, saved_at + 2.5 - time.time()))
+    with pytest.raises(tinker.NotFoundError, match="expired"):  # gone once it is asked for
+        service.create_sampling_client(model_path=short).result(timeout=30)
     after = {c.tinker_path for c in rest.list_checkpoints(trainer.model_id).result(timeout=30).checkpoints}
     assert short not in after
     assert {kept, plain} <= after

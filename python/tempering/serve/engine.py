@@ -37,6 +37,7 @@ from tinker import types as ttypes
 from tempering.local.checkpoints import SCHEME, CheckpointStore
 from tempering.local.errors import LocalEngineError
 from tempering.local.futures import Worker, set_torch_threads
+from tempering.local.inventory import remove_checkpoint
 from tempering.local.loader import LoraShape, ModelLoader
 from tempering.local.model import Placement, resolve_model_dir, resolve_placement
 from tempering.local.sampling import LocalSamplingClient
@@ -293,12 +294,19 @@ class Engine:
         return model.create_request_id
 
     def check_checkpoint(self, local_path: str) -> None:
-        """Refuse an unknown checkpoint at once (404) rather than through a failed future."""
+        """Refuse an unknown checkpoint at once (404) rather than through a failed future; an
+        expired one (``ttl_seconds``) is removed and refused the same way."""
         try:
             self.store.read_meta(local_path)
         except LocalEngineError as exc:
             status = 404 if isinstance(exc, FileNotFoundError) else 400
             raise RequestError(status, str(exc).replace(SCHEME, TINKER_SCHEME)) from exc
+        expires = self.store.annotations(local_path).get("expires_at")
+        if local_path.startswith(SCHEME) and expires is not None and float(expires) < time.time():
+            remove_checkpoint(self.store, local_path)
+            raise RequestError(
+                404, f"checkpoint {to_tinker_path(local_path)} expired (ttl_seconds) and is gone"
+            )
 
     def submit_ordered(
         self, model_id: str, seq_id: int | None, job: Callable[[LocalTrainingClient], Payload]
