@@ -244,8 +244,8 @@ class Engine:
         path = to_local_path(request.path)
         self.check_checkpoint(path)
         with_optimizer = request.optimizer
-        tinker_path = request.path
         model_id = f"{request.session_id}:train:{request.model_seq_id}"
+        tinker_path = request.path
         return self._register(
             request.session_id,
             request.model_seq_id,
