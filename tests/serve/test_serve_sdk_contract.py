@@ -173,6 +173,8 @@ def test_sampling_refusals_name_the_feature(
         sampler.sample(prompt, 1, params, target_prompt_logprobs=ids).result(timeout=30)
     with pytest.raises(tinker.BadRequestError, match="prompt_alt_tokens_k"):
         sampler.sample(prompt, 1, params, prompt_alt_tokens_k=2).result(timeout=30)
+    with pytest.raises(tinker.BadRequestError, match="prompt_logprobs_last_n"):
+        sampler.sample(prompt, 1, params, True, prompt_logprobs_last_n=2).result(timeout=30)
     path = trainer.save_weights_for_sampler("for-stability").result(timeout=60).path
     stable = trainer.create_sampling_client(path, record_stability_info=True).result(timeout=60)
     with pytest.raises(tinker.BadRequestError, match="record_stability_info"):
