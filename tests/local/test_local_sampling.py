@@ -322,3 +322,136 @@ def test_the_cache_keyword_follows_the_models_forward() -> None:
     assert cache_kwargs(_NewForward(), cache) == {"cache": cache}
     assert cache_kwargs(_Wrapper(_NewForward()), cache) == {"cache": cache}
     assert cache_kwargs(_Wrapper(_OldForward()), cache) == {"past_key_values": cache}
+
+
+# ---- top-K and target logprobs (the SDK's topk_prompt_logprobs, topk_sample_logprobs,
+# target_prompt_logprobs), checked against a plain forward pass of the same weights ------------
+
+
+def _log_softmax_of(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.log_softmax(model(input_ids=torch.tensor([tokens])).logits[0].float(), dim=-1)
+
+
+def _assert_topk(got: list[tuple[int, float]] | None, logp_V: torch.Tensor, k: int) -> None:
+    assert got is not None
+    values, ids = logp_V.topk(k)
+    assert [t for t, _ in got] == ids.tolist()
+    np.testing.assert_allclose([lp for _, lp in got], values.numpy(), atol=1e-5, rtol=0)
+
+
+def test_topk_and_target_logprobs_match_a_forward_pass(service: ServiceClient, tiny_dir: Path) -> None:
+    sampler = service.create_sampling_client(base_model=TINY_MODEL).result()
+    prompt = PROMPT.to_ints()
+    ids = torch.full((len(prompt) - 1, 3), -1, dtype=torch.int64)
+    ids[:, 0] = torch.tensor(prompt[1:])  # the prompt's own tokens: equal to its prompt logprobs
+    ids[2, 1], ids[5, 2], ids[-1, 1] = 7, 250, 0
+    response = sampler.sample(
+        PROMPT,
+        3,
+        tinker.SamplingParams(max_tokens=6, seed=2, stop=[]),
+        True,
+        topk_prompt_logprobs=5,
+        topk_sample_logprobs=4,
+        target_prompt_logprobs=tinker.TensorData.from_torch(ids),
+    ).result()
+    model = reference_model(tiny_dir)
+    logp = _log_softmax_of(model, prompt)
+    topk = response.topk_prompt_logprobs
+    assert topk is not None
+    assert len(topk) == len(prompt)
+    assert topk[0] is None  # position 0 has no context
+    for i in range(1, len(prompt)):
+        _assert_topk(topk[i], logp[i - 1], 5)
+    target = response.target_prompt_logprobs
+    assert target is not None
+    assert target.shape == [len(prompt) - 1, 3]
+    expected = torch.where(ids >= 0, logp[:-1].gather(1, ids.clamp(min=0)), 0.0)
+    np.testing.assert_allclose(target.to_numpy(), expected.numpy(), atol=1e-5, rtol=0)
+    assert response.prompt_logprobs is not None
+    np.testing.assert_allclose(target.to_numpy()[:, 0], response.prompt_logprobs[1:], atol=1e-6)
+    for seq in response.sequences:
+        assert seq.topk_logprobs is not None
+        assert seq.logprobs is not None
+        assert len(seq.topk_logprobs) == len(seq.tokens) == 6
+        full = _log_softmax_of(model, prompt + seq.tokens)
+        for i, token in enumerate(seq.tokens):
+            position = full[len(prompt) - 1 + i]  # the distribution token i was drawn from (T=1)
+            _assert_topk(seq.topk_logprobs[i], position, 4)
+            assert seq.logprobs[i] == pytest.approx(float(position[token]), abs=1e-5)
+
+
+def test_topk_sample_logprobs_follow_the_sampling_distribution(
+    service: ServiceClient, tiny_dir: Path
+) -> None:
+    """With top-k / temperature the top-K list is that of the distribution sampled from (the
+    tokens it excludes are left out); at temperature 0 it is the model's own."""
+    sampler = service.create_sampling_client(base_model=TINY_MODEL).result()
+    prompt = PROMPT.to_ints()
+    model = reference_model(tiny_dir)
+    params = tinker.SamplingParams(max_tokens=4, seed=3, stop=[], temperature=0.8, top_k=3)
+    (seq,) = sampler.sample(PROMPT, 1, params, topk_sample_logprobs=6).result().sequences
+    assert seq.topk_logprobs is not None
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + seq.tokens])).logits[0].float()
+    for i, row in enumerate(seq.topk_logprobs):
+        ref = _processed_logprobs(logits[len(prompt) - 1 + i], 0.8, 3, 1.0)
+        assert row is not None
+        assert len(row) == 3  # three tokens can be drawn; the other slots are empty
+        _assert_topk(row, ref, 3)
+        assert seq.tokens[i] in [t for t, _ in row]
+    (greedy,) = (
+        sampler.sample(
+            PROMPT, 1, tinker.SamplingParams(max_tokens=3, temperature=0.0, stop=[]), topk_sample_logprobs=2
+        )
+        .result()
+        .sequences
+    )
+    full = _log_softmax_of(model, prompt + greedy.tokens)
+    for i, row in enumerate(greedy.topk_logprobs or []):
+        _assert_topk(row, full[len(prompt) - 1 + i], 2)
+        assert row is not None
+        assert row[0][0] == greedy.tokens[i]
+
+
+def test_sparse_target_prompt_logprobs_keep_their_layout(sampler: LocalSamplingClient) -> None:
+    prompt = PROMPT.to_ints()
+    ids = torch.full((len(prompt) - 1, 4), -1, dtype=torch.int64)
+    ids[3, 2], ids[7, 0] = 42, 101
+    sparse = tinker.TensorData.from_torch_sparse(ids, pad_value=-1)
+    assert sparse.sparse_crow_indices is not None  # the SDK's own encoding
+    dense = tinker.TensorData.from_torch(ids)
+    params = tinker.SamplingParams(max_tokens=1, seed=0)
+    got = sampler.sample(PROMPT, 1, params, target_prompt_logprobs=sparse).result().target_prompt_logprobs
+    ref = sampler.sample(PROMPT, 1, params, target_prompt_logprobs=dense).result().target_prompt_logprobs
+    assert got is not None
+    assert ref is not None
+    assert got.sparse_crow_indices == sparse.sparse_crow_indices
+    assert got.sparse_col_indices == sparse.sparse_col_indices
+    np.testing.assert_allclose(got.to_numpy(pad_value=0), ref.to_numpy(), atol=1e-6)
+    assert (ref.to_numpy() != 0).sum() == 2
+
+
+def test_topk_and_target_refusals(sampler: LocalSamplingClient) -> None:
+    params = tinker.SamplingParams(max_tokens=1)
+    with pytest.raises(ValueError, match="topk_prompt_logprobs=100000 is larger than the model's vocabulary"):
+        sampler.sample(PROMPT, 1, params, topk_prompt_logprobs=100_000).result()
+    with pytest.raises(ValueError, match="topk_sample_logprobs must be >= 0"):
+        sampler.sample(PROMPT, 1, params, topk_sample_logprobs=-1).result()
+    n = len(PROMPT.to_ints()) - 1
+    bad_id = tinker.TensorData.from_torch(torch.full((n, 1), 5000, dtype=torch.int64))
+    with pytest.raises(ValueError, match="token id 5000 is outside the vocabulary"):
+        sampler.sample(PROMPT, 1, params, target_prompt_logprobs=bad_id).result()
+    wrong_rows = tinker.TensorData.from_torch(torch.zeros((n + 1, 1), dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"shape \[len\(prompt\) - 1, K\]"):
+        sampler.sample(PROMPT, 1, params, target_prompt_logprobs=wrong_rows).result()
+    out_of_range = tinker.TensorData(
+        data=[3],
+        dtype="int64",
+        shape=[n, 2],
+        sparse_crow_indices=[0, 1] + [1] * (n - 1),
+        sparse_col_indices=[2],
+    )
+    with pytest.raises(ValueError, match="column index 2 is out of range"):
+        sampler.sample(PROMPT, 1, params, target_prompt_logprobs=out_of_range).result()
+    assert len(_sample(sampler, 1, max_tokens=2, seed=0).sequences) == 1  # still serving

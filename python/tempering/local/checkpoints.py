@@ -8,7 +8,10 @@ Layout under the store's root (``$TEMPERING_HOME``, else ``~/.cache/tempering``)
 
 Each checkpoint directory holds ``meta.json`` (base model, LoRA shape, kind),
 ``weights.safetensors`` (the trainable tensors, by parameter name) and, for ``save_state``,
-``optimizer.safetensors`` (Adam moments and step counts, by parameter name).
+``optimizer.safetensors`` (Adam moments and step counts, by parameter name). What is said about
+a checkpoint after it is written (its expiry time ``expires_at``, the ``user_metadata`` it was
+saved with, where a copy came from) goes in a ``tinker.json`` beside them
+(:meth:`CheckpointStore.annotations`, :meth:`CheckpointStore.annotate`).
 
 Paths handed out look like the hosted service's, with their own scheme:
 ``tempering://<run_id>/weights/<name>``. They resolve against the store's root, so they survive
@@ -30,7 +33,7 @@ import uuid
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeAlias, cast
+from typing import Any, Literal, TypeAlias, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -43,15 +46,20 @@ from tempering.local.errors import (
 
 __all__ = [
     "SCHEME",
+    "SIDECAR",
     "CheckpointKind",
     "CheckpointMeta",
     "CheckpointStore",
     "LoraMeta",
     "default_root",
+    "read_sidecar",
     "staged_dir",
+    "write_sidecar",
 ]
 
 SCHEME = "tempering://"
+SIDECAR = "tinker.json"
+"""A checkpoint's annotations: JSON beside its files (``expires_at``, ``user_metadata``, ...)."""
 _FORMAT = "tempering-local-checkpoint"
 _FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
@@ -75,6 +83,23 @@ def staged_dir(target: Path, *, prefix: str) -> Generator[Path]:
         scratch.rename(target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def read_sidecar(directory: Path) -> dict[str, Any]:
+    """The annotations kept in ``directory/tinker.json`` (empty if none or unreadable)."""
+    try:
+        raw = json.loads((directory / SIDECAR).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return dict(cast("dict[str, Any]", raw)) if isinstance(raw, dict) else {}
+
+
+def write_sidecar(directory: Path, **fields: Any) -> None:
+    """Merge ``fields`` into ``directory/tinker.json`` (atomically: written aside, then renamed)."""
+    data = {**read_sidecar(directory), **fields}
+    scratch = directory / f".{SIDECAR}.{uuid.uuid4().hex[:8]}"
+    scratch.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    scratch.replace(directory / SIDECAR)
 
 
 def default_root() -> Path:
@@ -271,6 +296,30 @@ class CheckpointStore:
         if not (directory / "meta.json").is_file():
             raise CheckpointNotFoundError(f"no checkpoint at {path!r} (looked in {directory})")
         return directory
+
+    def annotations(self, path: str) -> dict[str, Any]:
+        """What :meth:`annotate` recorded about the checkpoint at ``path``."""
+        return read_sidecar(self.resolve(path))
+
+    def annotate(self, path: str, **fields: Any) -> None:
+        """Record ``fields`` (JSON values) about the checkpoint at ``path``, beside its files.
+
+        Example::
+
+            store.annotate(uri, expires_at=time.time() + 3600, user_metadata={"step": "10"})
+        """
+        write_sidecar(self.resolve(path), **fields)
+
+    def run_annotations(self, run_id: str) -> dict[str, Any]:
+        """What :meth:`annotate_run` recorded about the training run ``run_id``."""
+        return read_sidecar(self.root / "checkpoints" / run_id)
+
+    def annotate_run(self, run_id: str, **fields: Any) -> None:
+        """Record ``fields`` about the training run ``run_id`` (its ``user_metadata``), in a
+        ``tinker.json`` beside its checkpoint kinds."""
+        directory = self.root / "checkpoints" / run_id
+        directory.mkdir(parents=True, exist_ok=True)
+        write_sidecar(directory, **fields)
 
     def read_meta(self, path: str) -> CheckpointMeta:
         directory = self.resolve(path)

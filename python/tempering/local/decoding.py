@@ -1,6 +1,7 @@
 """Batched decoding with a KV cache: the sampler's model, sampling requests, prefill, cache
 merging and the decode loop. The semantics (logprobs, stopping, seeds) are described in
-:mod:`tempering.local.sampling`, whose client runs these.
+:mod:`tempering.local.sampling`, whose client runs these; the optional top-K and target
+logprobs in :mod:`tempering.local.scores`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from transformers.cache_utils import DynamicLayer
 
 from tempering.local.fastdecode import StaticKV, supports_static_decoding
 from tempering.local.model import Placement
+from tempering.local.scores import (
+    PromptScores,
+    ScoreRequest,
+    TopkBuffer,
+)
 
 MAX_BATCH_ROWS = 256
 """At most this many sequences decode together when requests are coalesced."""
@@ -115,6 +121,8 @@ class SampleRequest:
     stop_strings: tuple[str, ...]
     seed: int
     prompt_logprobs: bool
+    extras: ScoreRequest = field(default_factory=ScoreRequest)
+    """Top-K and target logprobs asked for (:mod:`tempering.local.scores`)."""
     result: ConcurrentFuture[ttypes.SampleResponse] = field(default_factory=ConcurrentFuture)
 
 
@@ -124,7 +132,12 @@ def make_request(
     num_samples: int,
     params: tinker.SamplingParams,
     prompt_logprobs: bool,
+    *,
+    topk_prompt_logprobs: int = 0,
+    topk_sample_logprobs: int = 0,
+    target_prompt_logprobs: tinker.TensorData | None = None,
 ) -> SampleRequest:
+    """Check one request against ``sampler`` (``ValueError`` / ``TypeError`` naming the problem)."""
     if not isinstance(prompt, tinker.ModelInput):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"prompt must be a tinker.ModelInput, got {type(prompt).__name__}")
     if not isinstance(params, tinker.SamplingParams):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -174,6 +187,9 @@ def make_request(
     if any(s == "" for s in stop_strings):
         raise ValueError("stop strings must not be empty")
     seed = params.seed if params.seed is not None else secrets.randbits(63)
+    extras = ScoreRequest.checked(
+        sampler.vocab_size, len(tokens), topk_prompt_logprobs, topk_sample_logprobs, target_prompt_logprobs
+    )
     return SampleRequest(
         prompt=tokens,
         num_samples=num_samples,
@@ -185,6 +201,7 @@ def make_request(
         stop_strings=stop_strings,
         seed=seed,
         prompt_logprobs=prompt_logprobs,
+        extras=extras,
     )
 
 
@@ -198,16 +215,6 @@ def prefill(
     keep = 0 if all_logits else 1
     out = model(input_ids=ids, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=keep)
     return cache, out.logits[0].float()
-
-
-def prompt_logprobs_of(prompt: list[int], logits_P_V: torch.Tensor) -> np.ndarray:
-    """Logprob of each prompt token given those before it; NaN for the first."""
-    out = np.full(len(prompt), np.nan, dtype=np.float32)
-    if len(prompt) > 1:
-        logp = torch.log_softmax(logits_P_V[:-1], dim=-1)
-        nxt = torch.tensor(prompt[1:], device=logits_P_V.device).unsqueeze(1)
-        out[1:] = logp.gather(1, nxt).squeeze(1).cpu().numpy()
-    return out
 
 
 def merge_caches(
@@ -252,12 +259,13 @@ class Decoder:
         model, device = sampler.model, sampler.placement.device
         caches: list[DynamicCache] = []
         last_logits: list[torch.Tensor] = []
-        prompt_lps: list[np.ndarray | None] = []
+        prompt_parts: list[PromptScores] = []
         for req in requests:
-            cache, logits = prefill(model, req.prompt, device, req.prompt_logprobs)
+            all_logits = req.prompt_logprobs or req.extras.needs_prompt_logits
+            cache, logits = prefill(model, req.prompt, device, all_logits)
             caches.append(cache)
             last_logits.append(logits[-1])
-            prompt_lps.append(prompt_logprobs_of(req.prompt, logits) if req.prompt_logprobs else None)
+            prompt_parts.append(PromptScores.of(req.prompt, logits, req.prompt_logprobs, req.extras))
 
         # Only requests with max_tokens > 0 decode (compute_logprobs asks for none).
         decoding = [i for i, r in enumerate(requests) if r.max_tokens > 0]
@@ -269,34 +277,47 @@ class Decoder:
         logprobs_N_T = torch.zeros((N, max_new), dtype=torch.float32, device=device)
         lengths_N = np.zeros(N, dtype=np.int64)
         stopped_N = np.zeros(N, dtype=bool)  # True: stop reason "stop"; else "length"
+        width = max((r.extras.topk_sample for r in live), default=0)
+        topk = TopkBuffer(N, max_new, width, device) if width else None
         if live:
             req_N = np.repeat(np.arange(len(live)), counts)
             caches_live = [caches[i] for i in decoding]
             logits_live = [last_logits[i] for i in decoding]
             self._decode(
-                live, caches_live, logits_live, req_N, tokens_N_T, logprobs_N_T, lengths_N, stopped_N
+                live, caches_live, logits_live, req_N, tokens_N_T, logprobs_N_T, lengths_N, stopped_N, topk
             )
 
         tokens_np = tokens_N_T.cpu().numpy()
         logprobs_np = logprobs_N_T.cpu().numpy()
+        topk_np = topk.numpy() if topk is not None else None
         responses: list[ttypes.SampleResponse] = []
         row = 0
-        for req, prompt_lp in zip(requests, prompt_lps, strict=True):
+        for req, scores in zip(requests, prompt_parts, strict=True):
             sequences: list[ttypes.SampledSequence] = []
             batch_id = uuid.uuid4().hex[:12]
             for i in range(req.num_samples):
                 n = int(lengths_N[row]) if req.max_tokens > 0 else 0
+                k = req.extras.topk_sample
+                seq_topk = TopkBuffer.rows(topk_np, row, n, k) if k else None
                 sequences.append(
                     ttypes.SampledSequence(
                         stop_reason="stop" if req.max_tokens > 0 and stopped_N[row] else "length",
                         sequence_id=f"local-{batch_id}-{i}",
                         tokens_np=tokens_np[row, :n].astype(np.int32) if n else np.zeros(0, np.int32),
                         logprobs_np=logprobs_np[row, :n].astype(np.float32) if n else np.zeros(0, np.float32),
+                        topk_logprobs_np=seq_topk,
                     )
                 )
                 if req.max_tokens > 0:
                     row += 1
-            responses.append(ttypes.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_lp))
+            responses.append(
+                ttypes.SampleResponse(
+                    sequences=sequences,
+                    prompt_logprobs_np=scores.logprobs,
+                    topk_prompt_logprobs_np=scores.topk,
+                    target_prompt_logprobs=scores.target,
+                )
+            )
         return responses
 
     def _decode(
@@ -309,6 +330,7 @@ class Decoder:
         logprobs_N_T: torch.Tensor,
         lengths_N: np.ndarray,
         stopped_N: np.ndarray,
+        topk: TopkBuffer | None,
     ) -> None:
         sampler = self.sampler
         model, device = sampler.model, sampler.placement.device
@@ -408,6 +430,11 @@ class Decoder:
                 token_lp = torch.where(greedy_N, raw_lp, token_lp)
             tokens_N_T[active, t] = nxt
             logprobs_N_T[active, t] = token_lp
+            if topk is not None:  # the distribution token_lp comes from (the model's for greedy rows)
+                dist = logp
+                if any_greedy:
+                    dist = torch.where(greedy_N.unsqueeze(1), torch.log_softmax(raw, dim=-1), logp)
+                topk.put(active, t, dist)
 
             # 3. Which rows stop here.
             hit_stop = (nxt.unsqueeze(1) == stop_N_S).any(dim=1)

@@ -164,11 +164,29 @@ class LocalSamplingClient:
         num_samples: int,
         sampling_params: tinker.SamplingParams,
         include_prompt_logprobs: bool = False,
+        *,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: tinker.TensorData | None = None,
     ) -> LocalFuture[ttypes.SampleResponse]:
-        """Draw ``num_samples`` continuations of ``prompt``; see the module docstring."""
+        """Draw ``num_samples`` continuations of ``prompt``; see the module docstring.
+
+        As in the SDK: ``topk_prompt_logprobs=k`` returns the top ``k`` tokens of each prompt
+        position's distribution (``SampleResponse.topk_prompt_logprobs``),
+        ``topk_sample_logprobs=k`` those of each sampled token's distribution
+        (``SampledSequence.topk_logprobs``), and ``target_prompt_logprobs`` (int64 ``[len(prompt)
+        - 1, K]``, ``-1`` for none) the logprobs of the given ids (see
+        :mod:`tempering.local.scores`)."""
         return self._submit(
             lambda sampler: make_request(
-                sampler, prompt, num_samples, sampling_params, include_prompt_logprobs
+                sampler,
+                prompt,
+                num_samples,
+                sampling_params,
+                include_prompt_logprobs,
+                topk_prompt_logprobs=topk_prompt_logprobs,
+                topk_sample_logprobs=topk_sample_logprobs,
+                target_prompt_logprobs=target_prompt_logprobs,
             )
         )
 

@@ -165,8 +165,11 @@ def build_app(
         return JSONResponse({"sample_cancel_enabled": False})
 
     async def create_session(request: Request) -> Response:
-        await parse(request, ttypes.CreateSessionRequest)
-        return JSONResponse({"type": "create_session", "session_id": engine.create_session()})
+        req = await parse(request, ttypes.CreateSessionRequest)
+        return JSONResponse({"type": "create_session", "session_id": engine.create_session(req)})
+
+    async def get_session(request: Request) -> Response:
+        return JSONResponse(engine.get_session(request.path_params["session_id"]))
 
     async def heartbeat(request: Request) -> Response:
         req = await parse(request, ttypes.SessionHeartbeatRequest)
@@ -229,7 +232,9 @@ def build_app(
 
     optim_step = sequenced(ttypes.OptimStepRequest, engine.optim_step)
     save_weights = sequenced(ttypes.SaveWeightsRequest, engine.save_state)
-    save_weights_for_sampler = sequenced(ttypes.SaveWeightsForSamplerRequest, engine.save_weights_for_sampler)
+    save_weights_for_sampler = sequenced(
+        ttypes.SaveWeightsForSamplerRequest, lambda r: engine.save_weights_for_sampler(r, kind=r.kind)
+    )
 
     async def load_weights(request: Request) -> Response:
         req = await parse(request, ttypes.LoadWeightsRequest)
@@ -289,6 +294,7 @@ def build_app(
         ("/api/v1/session_heartbeat", heartbeat, ["POST"]),
         ("/api/v1/telemetry", telemetry, ["POST"]),
         ("/api/v1/sessions/{session_id}/finish", finish, ["POST"]),
+        ("/api/v1/sessions/{session_id}", get_session, ["GET"]),
         ("/api/v1/healthz", healthz, ["GET"]),
         ("/api/v1/get_server_capabilities", capabilities, ["GET"]),
         ("/api/v1/cancel_future", cancel_future, ["POST"]),

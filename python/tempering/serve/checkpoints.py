@@ -12,19 +12,29 @@ Hugging Face format, here a PEFT adapter directory (``adapter_config.json``,
 
 Downloads go as on the hosted service: ``external_weights_urls`` answers one signed URL per
 file (an HMAC of the file and expiry under the server's API key), fetched without the key.
-A checkpoint's TTL (``save_weights_external(ttl_seconds=)``, ``PUT .../ttl``) is kept in a
-``tinker.json`` beside its files; an expired checkpoint is removed at the next listing.
+A checkpoint's TTL (``ttl_seconds`` on any save or copy, ``PUT .../ttl``) and ``user_metadata``
+are kept in a ``tinker.json`` beside its files, a training run's ``user_metadata``
+(``create_model``) in one beside its kinds; an expired checkpoint is removed at the next listing.
+
+``copy_weights`` copies a checkpoint (either kind) into a new training run, sharing the files'
+storage (hard links where the filesystem allows). It runs once per ``X-Idempotency-Key``, as the
+SDK's retries expect. This server has no projects or accounts: ``destination_project_id`` is
+recorded with the copy, and ``X-Tinker-Weights-Access-Token`` has nothing to unlock (every
+checkpoint here is readable with the server's key).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import hmac
 import json
+import os
 import shutil
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,12 +44,13 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from tinker import types as ttypes
 
-from tempering.local.checkpoints import SCHEME
+from tempering.local.checkpoints import SCHEME, SIDECAR, read_sidecar, staged_dir, write_sidecar
 from tempering.local.errors import LocalEngineError
 from tempering.local.export import ExportError, export_checkpoint
 from tempering.local.inventory import directory_size, remove_checkpoint
 from tempering.local.training import LocalTrainingClient
 from tempering.serve.engine import Engine, Payload, RequestError
+from tempering.serve.state import check_ttl, remember
 
 __all__ = ["URL_LIFETIME_S", "checkpoint_routes"]
 
@@ -47,7 +58,7 @@ URL_LIFETIME_S = 3600
 """How long a signed download URL stays valid."""
 
 _TYPES = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
-_SIDECAR = "tinker.json"
+_SIDECAR = SIDECAR
 _Model = TypeVar("_Model", bound=pydantic.BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]
 Parse = Callable[[Request, type[_Model]], Awaitable[_Model]]
@@ -78,20 +89,14 @@ class CheckpointIndex:
         return directory
 
     def sidecar(self, directory: Path) -> dict[str, Any]:
-        try:
-            raw = json.loads((directory / _SIDECAR).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return dict(raw) if isinstance(raw, dict) else {}
+        return read_sidecar(directory)
 
     def write_sidecar(self, directory: Path, **fields: Any) -> None:
-        data = {**self.sidecar(directory), **fields}
-        scratch = directory / f".{_SIDECAR}.{uuid.uuid4().hex[:8]}"
-        scratch.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        scratch.replace(directory / _SIDECAR)
+        write_sidecar(directory, **fields)
 
     def entry(self, run_id: str, kind: str, directory: Path) -> dict[str, Any]:
-        expires = self.sidecar(directory).get("expires_at")
+        side = self.sidecar(directory)
+        expires = side.get("expires_at")
         return {
             "checkpoint_id": f"{kind}/{directory.name}",
             "checkpoint_type": _TYPES[kind],
@@ -100,15 +105,28 @@ class CheckpointIndex:
             "size_bytes": directory_size(directory),
             "public": False,
             "expires_at": None if expires is None else _iso(float(expires)),
+            "user_metadata": side.get("user_metadata"),
             "training_run_id": run_id,
         }
 
+    def run_id(self, name: str) -> str:
+        """The run id that ``name`` stands for: a run id, or a training client's model id
+        (``<session>:train:<n>``, recorded in its run's ``tinker.json``)."""
+        if not _safe(name) or (self.base / name).is_dir() or not self.base.is_dir():
+            return name
+        for run_dir in sorted(self.base.iterdir()):
+            if run_dir.is_dir() and self.sidecar(run_dir).get("model_id") == name:
+                return run_dir.name
+        return name
+
     def entries(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Every checkpoint (of ``run_id``), newest first; expired ones are removed first."""
+        """Every checkpoint (of ``run_id``: a run id or a model id), newest first; expired ones
+        are removed first."""
         out: list[tuple[float, dict[str, Any]]] = []
         if not self.base.is_dir():
             return []
         now = time.time()
+        run_id = None if run_id is None else self.run_id(run_id)
         for run_dir in sorted(self.base.iterdir()):
             if not run_dir.is_dir() or (run_id is not None and run_dir.name != run_id):
                 continue
@@ -154,6 +172,7 @@ class CheckpointIndex:
         }
 
     def training_run(self, run_id: str) -> dict[str, Any]:
+        run_id = self.run_id(run_id)
         entries = self.entries(run_id)
         if not entries:
             raise RequestError(404, f"no training run {run_id!r} with checkpoints on this server")
@@ -170,6 +189,7 @@ class CheckpointIndex:
             "last_request_time": newest["time"],
             "last_checkpoint": by_type.get("training"),
             "last_sampler_checkpoint": by_type.get("sampler"),
+            "user_metadata": self.engine.store.run_annotations(run_id).get("user_metadata"),
         }
 
     # ---- signed downloads ------------------------------------------------------------------------
@@ -194,7 +214,7 @@ def _paging(request: Request, default_limit: int) -> tuple[int, int]:
 
 
 def save_external_job(
-    engine: Engine, name: str, ttl_seconds: int | None
+    engine: Engine, name: str, expires_at: float | None
 ) -> Callable[[LocalTrainingClient], Payload]:
     """The ``save_weights_external`` job, run on the model's queue in ``seq_id`` order: the
     current weights saved for sampling under a scratch name, exported as a PEFT adapter into
@@ -219,13 +239,27 @@ def save_external_job(
             "base_model": out.base_model,
             "lora_rank": None if lora is None else lora.rank,
         }
-        if ttl_seconds is not None:
-            sidecar["expires_at"] = time.time() + ttl_seconds
+        if expires_at is not None:
+            sidecar["expires_at"] = expires_at
         (target / _SIDECAR).write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
         path = f"tinker://{run_id}/external_weights/{name}"
         return ("json", {"path": path, "size_bytes": directory_size(target), "type": "save_weights_external"})
 
     return job
+
+
+def _copy_checkpoint(source: Path, target: Path, sidecar: dict[str, Any]) -> None:
+    """``source``'s files into a new checkpoint directory ``target`` (hard links where possible:
+    a checkpoint's files are never rewritten in place), with a fresh ``tinker.json``."""
+    with staged_dir(target, prefix=f".{target.name}-") as scratch:
+        for f in source.iterdir():
+            if not f.is_file() or f.name == SIDECAR or f.name.startswith("."):
+                continue
+            try:
+                os.link(f, scratch / f.name)
+            except OSError:  # another filesystem, or no hard links: copy
+                shutil.copy2(f, scratch / f.name)
+        write_sidecar(scratch, **sidecar)
 
 
 def checkpoint_routes(
@@ -308,9 +342,59 @@ def checkpoint_routes(
                 )
             if not _safe(req.path) or req.path.startswith("."):
                 raise RequestError(400, f"save_weights_external: {req.path!r} is not a checkpoint name")
-            job = save_external_job(engine, req.path, req.ttl_seconds)
+            job = save_external_job(engine, req.path, check_ttl("save_weights_external", req.ttl_seconds))
             request_id = engine.submit_ordered(req.model_id, req.seq_id, job)
         return JSONResponse({"request_id": request_id, "model_id": req.model_id})
+
+    copies: OrderedDict[str, str] = OrderedDict()
+    """``X-Idempotency-Key`` and request -> the path its copy made (a retry gets the same copy)."""
+
+    async def copy_weights(request: Request) -> Response:
+        req = await parse(request, ttypes.CopyWeightsRequest)
+        key = request.headers.get("x-idempotency-key")
+        if key:  # the same operation: the same key and the same request
+            key = f"{key} {req.model_dump_json()}"
+        if key and key in copies:
+            return JSONResponse({"tinker_path": copies[key]})
+        slot = None
+        if req.session_id is not None or req.model_seq_id is not None:
+            if req.session_id is None or req.model_seq_id is None:
+                raise RequestError(400, "copy_weights: give session_id together with model_seq_id")
+            engine.open_session(req.session_id)
+            slot = f"{req.session_id}:train:{req.model_seq_id}"
+            if slot in engine.models:
+                raise RequestError(400, f"copy_weights: slot {req.model_seq_id} of the session holds a model")
+        elif req.destination_project_id is None:
+            raise RequestError(
+                400, "copy_weights: give destination_project_id, or session_id and model_seq_id"
+            )
+        expires_at = check_ttl("copy_weights", req.ttl_seconds)
+        try:
+            parsed = ttypes.ParsedCheckpointTinkerPath.from_tinker_path(req.source_path)
+        except ValueError as exc:
+            raise RequestError(400, f"copy_weights: {exc}") from exc
+        kind, name = parsed.checkpoint_id.split("/")
+        if kind == "external_weights":
+            raise RequestError(
+                400, "copy_weights: copies weights and sampler_weights checkpoints, not external exports"
+            )
+        source = index.directory(parsed.training_run_id, kind, name)
+        run_id = engine.store.new_run_id()
+        target = index.base / run_id / kind / name
+        fields: dict[str, Any] = {
+            "expires_at": expires_at,
+            "user_metadata": index.sidecar(source).get("user_metadata"),
+            "copied_from": req.source_path,
+            "project_id": req.destination_project_id,
+        }
+        await asyncio.to_thread(_copy_checkpoint, source, target, fields)
+        path = f"tinker://{run_id}/{kind}/{name}"
+        if slot is not None:  # the copy's run answers to the slot's model id too
+            engine.store.annotate_run(run_id, model_id=slot)
+            engine.session_models.setdefault(req.session_id or "", []).append(slot)
+        if key:
+            remember(copies, key, path)
+        return JSONResponse({"tinker_path": path})
 
     async def download(request: Request) -> Response:
         run_id, kind, name = path_parts(request)
@@ -344,6 +428,7 @@ def checkpoint_routes(
         (ckpt + "/ttl", set_ttl, ["PUT"]),
         (ckpt + "/external_weights_urls", external_urls, ["GET"]),
         ("/api/v1/save_weights_external", save_weights_external, ["POST"]),
+        ("/api/v1/copy_weights", copy_weights, ["POST"]),
     ]
     public: list[tuple[str, Handler, list[str]]] = [
         ("/api/v1/files/{run_id}/{kind}/{name}/{filename}", download, ["GET"]),

@@ -28,20 +28,27 @@ import contextlib
 import os
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future as ConcurrentFuture
 from pathlib import Path
 
-import tinker
 from tinker import types as ttypes
 
 from tempering.local.checkpoints import SCHEME, CheckpointStore
 from tempering.local.errors import LocalEngineError
 from tempering.local.futures import Worker, set_torch_threads
+from tempering.local.inventory import remove_checkpoint
 from tempering.local.loader import LoraShape, ModelLoader
 from tempering.local.model import Placement, resolve_model_dir, resolve_placement
 from tempering.local.training import LocalTrainingClient
+from tempering.serve.jobs import (
+    forward_backward_job,
+    info_payload,
+    load_state_job,
+    optim_step_job,
+    save_sampler_weights_job,
+    save_state_job,
+)
 from tempering.serve.samplers import DEFAULT_MAX_RESIDENT, SamplerPool
 from tempering.serve.state import (
     DEFAULT_SESSION_TTL_S,
@@ -51,23 +58,20 @@ from tempering.serve.state import (
     Payload,
     RequestError,
     Sampler,
+    Sessions,
     TrainingModel,
     call_on_loop,
+    check_optimizer,
     check_sample_request,
     error_category,
     forward_outcome,
     log,
+    metadata_strings,
     remember,
     to_local_path,
     to_tinker_path,
 )
-from tempering.serve.wire import (
-    ForwardBackwardCall,
-    WireError,
-    encode_forward_backward_output,
-    encode_sample_response,
-    proto_datums,
-)
+from tempering.serve.wire import ForwardBackwardCall, WireError, encode_sample_response
 
 __all__ = [
     "DEFAULT_SESSION_TTL_S",
@@ -101,13 +105,11 @@ class Engine:
         self.store.root.mkdir(parents=True, exist_ok=True)
         self.placement: Placement = resolve_placement(device, dtype)
         self.futures = FutureTable()
-        self.sessions: dict[str, bool] = {}
-        """Session id -> whether it is still open."""
-        self.last_seen: dict[str, float] = {}
-        """Open session id -> when (``time.monotonic()``) it last sent a request or heartbeat."""
-        self.expired: dict[str, float] = {}
-        """Session id -> the idle time after which it expired (for the refusals that follow)."""
+        self.sessions = Sessions()
         self.models: dict[str, TrainingModel] = {}
+        """Model id (``<session>:train:<model_seq_id>``, as the SDK derives it) -> training model."""
+        self.session_models: dict[str, list[str]] = {}
+        """Session id -> every model id created in it (``GET /sessions/{id}``)."""
         self.samplers: dict[str, Sampler] = {}
         self.loader = ModelLoader(self.store, self.placement, share_bases=True)
         """Builds every model; base models are loaded once and shared (see the module docstring)."""
@@ -128,36 +130,27 @@ class Engine:
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    def create_session(self) -> str:
-        session_id = f"session-{uuid.uuid4().hex[:16]}"
-        self.sessions[session_id] = True
-        self.last_seen[session_id] = time.monotonic()
-        return session_id
+    def create_session(self, request: ttypes.CreateSessionRequest) -> str:
+        return self.sessions.create(request)
 
     def open_session(self, session_id: str) -> None:
         """Check that ``session_id`` exists and is not finished; it counts as activity."""
-        state = self.sessions.get(session_id)
-        if state is None:
-            raise RequestError(404, f"unknown session {session_id!r}")
-        if not state:
-            raise RequestError(410, self._finished_message(session_id))
-        self.last_seen[session_id] = time.monotonic()
+        self.sessions.touch(session_id)
 
-    def _finished_message(self, session_id: str) -> str:
-        idle = self.expired.get(session_id)
-        if idle is None:
-            return f"session {session_id!r} has finished"
-        return (
-            f"session {session_id!r} expired after {idle:.0f} s without a request or heartbeat "
-            "(tempering serve --session-ttl-s); create a new ServiceClient"
-        )
+    def get_session(self, session_id: str) -> dict[str, object]:
+        """``GET /sessions/{id}`` in the SDK's ``GetSessionResponse`` shape."""
+        if session_id not in self.sessions.state:
+            raise RequestError(404, f"unknown session {session_id!r}")
+        return {
+            "training_run_ids": list(self.session_models.get(session_id, [])),
+            "sampler_ids": [s for s, sampler in self.samplers.items() if sampler.session_id == session_id],
+            "user_metadata": self.sessions.described[session_id][0],
+            "display_name": self.sessions.described[session_id][1],
+        }
 
     def finish_session(self, session_id: str) -> None:
         """Mark the session finished and release its models and samplers (queued work first)."""
-        if session_id not in self.sessions:
-            raise RequestError(404, f"unknown session {session_id!r}")
-        self.sessions[session_id] = False
-        self.last_seen.pop(session_id, None)
+        self.sessions.finish(session_id)
         for model_id in [m for m, model in self.models.items() if model.session_id == session_id]:
             model = self.models.pop(model_id)
             model.queue.submit(lambda model=model: model.trainer().close())
@@ -169,18 +162,16 @@ class Engine:
     def expire_idle_sessions(self, ttl_s: float, now: float | None = None) -> list[str]:
         """Finish every open session that has sent nothing for ``ttl_s`` seconds (its client
         exited without ``close()``); returns their ids."""
-        now = time.monotonic() if now is None else now
-        idle = [s for s, seen in self.last_seen.items() if now - seen > ttl_s]
+        idle = self.sessions.idle(ttl_s, time.monotonic() if now is None else now)
         for session_id in idle:
             models = sum(m.session_id == session_id for m in self.models.values())
             samplers = sum(s.session_id == session_id for s in self.samplers.values())
-            self.expired[session_id] = now - self.last_seen[session_id]
             self.finish_session(session_id)
             log.warning(
                 "session %s expired after %.0f s without a request or heartbeat (--session-ttl-s %g): "
                 "released %d training model(s) and %d sampler(s)",
                 session_id,
-                self.expired[session_id],
+                self.sessions.expired[session_id],
                 ttl_s,
                 models,
                 samplers,
@@ -190,7 +181,7 @@ class Engine:
     def counts(self) -> dict[str, int]:
         """Open sessions, training models and samplers (reported by ``/healthz``)."""
         return {
-            "sessions": len(self.last_seen),
+            "sessions": len(self.sessions.last_seen),
             "training_models": len(self.models),
             "samplers": len(self.samplers),
             "sampler_weights": self.pool.held_count(),
@@ -212,18 +203,17 @@ class Engine:
         model = self.models.get(model_id)
         if model is None:
             session_id = model_id.partition(":train:")[0]
-            if session_id in self.expired:
-                raise RequestError(410, f"model {model_id!r}: {self._finished_message(session_id)}")
+            if session_id in self.sessions.expired:
+                raise RequestError(410, f"model {model_id!r}: {self.sessions.finished_message(session_id)}")
             raise RequestError(404, f"unknown model {model_id!r} (finished session, or a restarted server)")
-        if model.session_id in self.last_seen:
-            self.last_seen[model.session_id] = time.monotonic()
+        if model.session_id in self.sessions.last_seen:
+            self.sessions.last_seen[model.session_id] = time.monotonic()
         return model
 
     def create_model(self, request: ttypes.CreateModelRequest) -> str:
+        check_optimizer("create_model", request.optimizer_config)
         if request.lora_config is None:
             raise RequestError(400, "create_model: the local server trains LoRA adapters; give lora_config")
-        if not isinstance(request.optimizer_config, ttypes.AdamOptimizerConfig):
-            raise RequestError(400, "create_model: the local server implements the Adam optimizer only")
         lora_config = request.lora_config
         if lora_config.rank < 1:
             raise RequestError(400, f"create_model: LoRA rank must be >= 1, got {lora_config.rank}")
@@ -239,12 +229,14 @@ class Engine:
             request.model_seq_id,
             lambda: self.loader.trainer(base_model, shape, seed),
             lambda: ("json", {"model_id": model_id, "type": "create_model"}),
+            request.user_metadata,
         )
 
     def create_model_from_state(self, request: ttypes.LoadWeightsRequest) -> str:
         """``load_weights`` addressed by session: a new training model starting from a checkpoint."""
         assert request.session_id is not None
         assert request.model_seq_id is not None
+        check_optimizer("load_weights", request.optimizer_config)
         path = to_local_path(request.path)
         self.check_checkpoint(path)
         with_optimizer = request.optimizer
@@ -257,6 +249,7 @@ class Engine:
                 path, with_optimizer=with_optimizer, shown_as=to_tinker_path(path)
             ),
             lambda: ("json", {"path": tinker_path, "model_id": model_id, "type": "load_weights"}),
+            request.user_metadata,
         )
 
     def _register(
@@ -265,28 +258,51 @@ class Engine:
         model_seq_id: int,
         build: Callable[[], LocalTrainingClient],
         answer: Callable[[], Payload],
+        user_metadata: Mapping[str, object] | None,
     ) -> str:
+        """Build a training model in the session's slot ``model_seq_id``; its id is
+        ``<session>:train:<model_seq_id>`` (the SDK derives it so too). The run id of its
+        checkpoints is the trainer's; the run's ``tinker.json`` records the model id (so
+        ``RestClient.list_checkpoints(model_id)`` finds them) and ``user_metadata``."""
         self.open_session(session_id)
         model_id = f"{session_id}:train:{model_seq_id}"
         existing = self.models.get(model_id)
         if existing is not None:
             return existing.create_request_id
+        if model_id in self.session_models.get(session_id, []):
+            raise RequestError(
+                400, f"model_seq_id {model_seq_id} of session {session_id!r} holds a copy (copy_weights)"
+            )
         queue = Worker("serve-model")
         created = queue.submit(build).future()
+        metadata = metadata_strings(user_metadata)
+
+        def ready(trainer: LocalTrainingClient) -> Payload:
+            self.store.annotate_run(trainer.model_id, model_id=model_id, user_metadata=metadata)
+            return answer()
+
         payload: ConcurrentFuture[Payload] = ConcurrentFuture()
-        forward_outcome(created, payload, lambda _: answer())
+        forward_outcome(created, payload, ready)
         model = TrainingModel(model_id=model_id, session_id=session_id, queue=queue, created=created)
         model.create_request_id = self.futures.add(payload)
         self.models[model_id] = model
+        self.session_models.setdefault(session_id, []).append(model_id)
         return model.create_request_id
 
     def check_checkpoint(self, local_path: str) -> None:
-        """Refuse an unknown checkpoint at once (404) rather than through a failed future."""
+        """Refuse an unknown checkpoint at once (404) rather than through a failed future; an
+        expired one (``ttl_seconds``) is removed and refused the same way."""
         try:
             self.store.read_meta(local_path)
         except LocalEngineError as exc:
             status = 404 if isinstance(exc, FileNotFoundError) else 400
             raise RequestError(status, str(exc).replace(SCHEME, TINKER_SCHEME)) from exc
+        expires = self.store.annotations(local_path).get("expires_at")
+        if local_path.startswith(SCHEME) and expires is not None and float(expires) < time.time():
+            remove_checkpoint(self.store, local_path)
+            raise RequestError(
+                404, f"checkpoint {to_tinker_path(local_path)} expired (ttl_seconds) and is gone"
+            )
 
     def submit_ordered(
         self, model_id: str, seq_id: int | None, job: Callable[[LocalTrainingClient], Payload]
@@ -332,61 +348,42 @@ class Engine:
     # ---- training requests ---------------------------------------------------------------------
 
     def forward_backward(self, call: ForwardBackwardCall) -> str:
-        loss_fn, config, forward_only, message = (
-            call.loss_fn,
-            call.loss_fn_config,
-            call.forward_only,
-            call.message,
-        )
-
-        def job(trainer: LocalTrainingClient) -> Payload:
-            data = proto_datums(message)
-            run = trainer.forward if forward_only else trainer.forward_backward
-            output = run(data, loss_fn, config).result()  # pyright: ignore[reportArgumentType]
-            return ("proto", encode_forward_backward_output(output))
-
-        return self.submit_ordered(call.model_id, call.seq_id, job)
+        return self.submit_ordered(call.model_id, call.seq_id, forward_backward_job(call))
 
     def optim_step(self, request: ttypes.OptimStepRequest) -> str:
-        params = request.optim_params
-        if not isinstance(params, tinker.AdamParams):
-            raise RequestError(400, "optim_step: the local server implements AdamParams only")
-
+        job = optim_step_job(request)
         model_id = request.model_id
 
-        def job(trainer: LocalTrainingClient) -> Payload:
-            response = trainer.optim_step(params).result()
-            self.pool.bump(model_id)
-            return ("json", {"metrics": dict(response.metrics or {}), "type": "optim_step"})
+        def step(trainer: LocalTrainingClient) -> Payload:
+            payload = job(trainer)
+            self.pool.bump(model_id)  # a new weights version for the snapshots
+            return payload
 
-        return self.submit_ordered(request.model_id, request.seq_id, job)
+        return self.submit_ordered(request.model_id, request.seq_id, step)
 
     def save_state(self, request: ttypes.SaveWeightsRequest) -> str:
-        name, overwrite = request.path, request.overwrite
+        return self.submit_ordered(request.model_id, request.seq_id, save_state_job(self.store, request))
 
-        def job(trainer: LocalTrainingClient) -> Payload:
-            # The existence check runs here, in order on the model's queue, so that two saves of
-            # one name queued back to back are caught too; the refusal writes nothing.
-            checkpoint = name or f"state-{uuid.uuid4().hex[:12]}"
-            response = trainer.save_state(checkpoint, overwrite=overwrite).result()
-            return ("json", {"path": to_tinker_path(response.path), "type": "save_weights"})
-
-        return self.submit_ordered(request.model_id, request.seq_id, job)
-
-    def save_weights_for_sampler(self, request: ttypes.SaveWeightsForSamplerRequest) -> str:
+    def save_weights_for_sampler(
+        self, request: ttypes.SaveWeightsForSamplerRequest, *, kind: ttypes.SamplingClientKind = "snapshot"
+    ) -> str:
+        """A named sampler checkpoint (``path``), or a sampler of the current weights for a
+        sampling session (``sampling_session_seq_id``). ``kind`` is the request's:
+        ``"snapshot"`` fixes the weights as they are now, ``"inflight"`` points the sampler at
+        the model's one inflight target, updated in place (:mod:`tempering.serve.samplers`)."""
         model = self.model(request.model_id)
         if request.path is not None:
-            name = request.path
-
-            def save(trainer: LocalTrainingClient) -> Payload:
-                response = trainer.save_weights_for_sampler(name).result()
-                return ("json", {"path": to_tinker_path(response.path), "type": "save_weights_for_sampler"})
-
-            return self.submit_ordered(request.model_id, request.seq_id, save)
+            job = save_sampler_weights_job(self.store, request)
+            return self.submit_ordered(request.model_id, request.seq_id, job)
         if request.sampling_session_seq_id is None:
             raise RequestError(400, "save_weights_for_sampler: give path or sampling_session_seq_id")
+        if request.ttl_seconds is not None or request.user_metadata is not None:
+            raise RequestError(
+                400,
+                "save_weights_for_sampler: ttl_seconds and user_metadata belong to a named checkpoint "
+                "(give path); a save for a sampling session keeps no checkpoint",
+            )
         sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
-        kind = request.kind
         if request.seq_id is not None and request.seq_id in model.seen:
             return model.seen[request.seq_id]
 
@@ -412,17 +409,15 @@ class Engine:
         assert request.model_id is not None
         path = to_local_path(request.path)
         self.check_checkpoint(path)
-        with_optimizer, tinker_path, model_id = request.optimizer, request.path, request.model_id
+        job = load_state_job(request, path)
+        model_id = request.model_id
 
-        def job(trainer: LocalTrainingClient) -> Payload:
-            if with_optimizer:
-                trainer.load_state_with_optimizer(path).result()
-            else:
-                trainer.load_state(path).result()
+        def load(trainer: LocalTrainingClient) -> Payload:
+            payload = job(trainer)
             self.pool.bump(model_id)
-            return ("json", {"path": tinker_path, "model_id": model_id, "type": "load_weights"})
+            return payload
 
-        return self.submit_ordered(request.model_id, request.seq_id, job)
+        return self.submit_ordered(request.model_id, request.seq_id, load)
 
     async def get_info(self, model_id: str) -> dict[str, object]:
         model = self.model(model_id)
@@ -432,16 +427,7 @@ class Engine:
             raise RequestError(409, f"model {model_id!r} is still loading") from exc
         except Exception as exc:
             raise RequestError(400, f"model {model_id!r} failed to load: {exc}") from exc
-        info = trainer.get_info()
-        model_dir = str(trainer.spec.model_dir)
-        return {
-            "type": "get_info",
-            "model_data": {"arch": info.model_data.arch, "model_name": model_dir, "tokenizer_id": model_dir},
-            "model_id": model_id,
-            "is_lora": info.is_lora,
-            "lora_rank": info.lora_rank,
-            "model_name": model_dir,
-        }
+        return info_payload(trainer, model_id)
 
     # ---- sampling ------------------------------------------------------------------------------
 
@@ -476,7 +462,7 @@ class Engine:
     def sample(self, request: ttypes.SampleRequest) -> tuple[str, list[str]]:
         if request.sampling_session_id is None:
             raise RequestError(400, "asample: the local server samples through sampling sessions only")
-        check_sample_request(request)
+        target = check_sample_request(request)
         sampler = self.sampler(request.sampling_session_id)
         seq = request.seq_id
         if seq is not None and seq in sampler.seen:
@@ -484,7 +470,13 @@ class Engine:
         local = (
             sampler.ref.client()
             .sample(
-                request.prompt, request.num_samples, request.sampling_params, bool(request.prompt_logprobs)
+                request.prompt,
+                request.num_samples,
+                request.sampling_params,
+                bool(request.prompt_logprobs),
+                topk_prompt_logprobs=request.topk_prompt_logprobs,
+                topk_sample_logprobs=request.topk_sample_logprobs,
+                target_prompt_logprobs=target,
             )
             .future()
         )

@@ -17,15 +17,19 @@ resends it), so the requests behind it don't wait for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
 import logging
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
+import tinker
 from tinker import types as ttypes
 
 from tempering.local.checkpoints import SCHEME
@@ -43,11 +47,15 @@ __all__ = [
     "Payload",
     "RequestError",
     "Sampler",
+    "Sessions",
     "TrainingModel",
     "call_on_loop",
+    "check_optimizer",
     "check_sample_request",
+    "check_ttl",
     "error_category",
     "forward_outcome",
+    "metadata_strings",
     "remember",
     "to_local_path",
     "to_tinker_path",
@@ -72,6 +80,7 @@ TINKER_SCHEME = "tinker://"
 Payload: TypeAlias = tuple[Literal["json"], dict[str, object]] | tuple[Literal["proto"], bytes]
 """A finished request's result as it goes on the wire: a JSON object or protobuf bytes."""
 
+_K = TypeVar("_K")
 _S = TypeVar("_S")
 _T = TypeVar("_T")
 
@@ -124,6 +133,10 @@ def forward_outcome(
 def call_on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
     """Run ``fn`` on the event loop and wait for it (called from a worker thread), so that
     what it registers exists before the future that names it completes."""
+    with contextlib.suppress(RuntimeError):  # no loop running on this thread
+        if asyncio.get_running_loop() is loop:  # called on the loop itself: run it now
+            fn()
+            return
     done: ConcurrentFuture[None] = ConcurrentFuture()
 
     def run() -> None:
@@ -137,19 +150,118 @@ def call_on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> Non
     done.result(timeout=30)
 
 
-def check_sample_request(request: ttypes.SampleRequest) -> None:
-    """Refuse (400) the sampling options the local server does not implement."""
-    for name, value in (
-        ("topk_prompt_logprobs", request.topk_prompt_logprobs),
-        ("topk_sample_logprobs", request.topk_sample_logprobs),
-        ("prompt_alt_tokens_k", request.prompt_alt_tokens_k),
-    ):
-        if value:
-            raise RequestError(400, f"asample: {name} is not supported by the local server")
-    if request.target_prompt_logprobs is not None or request.prompt_logprobs_last_n is not None:
+def check_sample_request(request: ttypes.SampleRequest) -> tinker.TensorData | None:
+    """Refuse (400) the sampling options the local server does not implement; return the
+    request's ``target_prompt_logprobs`` as a ``tinker.TensorData`` (checked by the sampler)."""
+    if request.prompt_alt_tokens_k:
+        raise RequestError(400, "asample: prompt_alt_tokens_k is not supported by the local server")
+    if request.prompt_logprobs_last_n is not None:
+        raise RequestError(400, "asample: prompt_logprobs_last_n is not supported by the local server")
+    if request.record_stability_info:
         raise RequestError(
-            400, "asample: target_prompt_logprobs and prompt_logprobs_last_n are not supported locally"
+            400,
+            "asample: record_stability_info (StableReinforce's recorded sampler state) is not "
+            "implemented by the local server; create the sampling client without it",
         )
+    target = request.target_prompt_logprobs
+    if target is None:
+        return None
+    try:
+        return tinker.TensorData(
+            data=target.data,
+            dtype=target.dtype,
+            shape=target.shape,
+            sparse_crow_indices=target.sparse_crow_indices,
+            sparse_col_indices=target.sparse_col_indices,
+        )
+    except ValueError as exc:
+        raise RequestError(400, f"asample: target_prompt_logprobs: {exc}") from exc
+
+
+def check_optimizer(where: str, config: object) -> None:
+    """Refuse (400) an optimizer other than Adam (a ``DimuonOptimizerConfig`` or
+    ``DimuonParams``, or any other family), naming it."""
+    if config is None or isinstance(config, ttypes.AdamOptimizerConfig | tinker.AdamParams):
+        return
+    family = getattr(config, "type", type(config).__name__)
+    what = "DimuonOptimizerConfig / DimuonParams" if family == "dimuon" else repr(family)
+    raise RequestError(
+        400,
+        f"{where}: the {family!s} optimizer ({what}) is not implemented by the local server; "
+        "it trains with Adam (leave the optimizer unset, or use AdamParams)",
+    )
+
+
+def check_ttl(where: str, ttl_seconds: int | None) -> float | None:
+    """The expiry time (``time.time()`` seconds) of a checkpoint saved now with ``ttl_seconds``
+    (None: never expires); a TTL below 1 second is refused (400)."""
+    if ttl_seconds is None:
+        return None
+    if ttl_seconds < 1:
+        raise RequestError(
+            400, f"{where}: ttl_seconds must be a positive number of seconds (or None), got {ttl_seconds}"
+        )
+    return time.time() + ttl_seconds
+
+
+def metadata_strings(metadata: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """``user_metadata`` as the SDK's listings type it (``dict[str, str]``): strings stay, other
+    JSON values are written as JSON."""
+    if not metadata:
+        return None
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+
+
+class Sessions:
+    """The SDK's sessions: open or finished, when each last sent anything, their metadata."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, bool] = {}
+        """Session id -> whether it is still open."""
+        self.last_seen: dict[str, float] = {}
+        """Open session id -> when (``time.monotonic()``) it last sent a request or heartbeat."""
+        self.expired: dict[str, float] = {}
+        """Session id -> the idle time after which it expired (for the refusals that follow)."""
+        self.described: dict[str, tuple[dict[str, str] | None, str | None]] = {}
+        """Session id -> its ``user_metadata`` and ``display_name`` (``create_session``)."""
+
+    def create(self, request: ttypes.CreateSessionRequest) -> str:
+        session_id = f"session-{uuid.uuid4().hex[:16]}"
+        self.state[session_id] = True
+        self.last_seen[session_id] = time.monotonic()
+        self.described[session_id] = (metadata_strings(request.user_metadata), request.display_name)
+        return session_id
+
+    def touch(self, session_id: str) -> None:
+        """Check that ``session_id`` exists and is not finished; it counts as activity."""
+        state = self.state.get(session_id)
+        if state is None:
+            raise RequestError(404, f"unknown session {session_id!r}")
+        if not state:
+            raise RequestError(410, self.finished_message(session_id))
+        self.last_seen[session_id] = time.monotonic()
+
+    def finished_message(self, session_id: str) -> str:
+        idle = self.expired.get(session_id)
+        if idle is None:
+            return f"session {session_id!r} has finished"
+        return (
+            f"session {session_id!r} expired after {idle:.0f} s without a request or heartbeat "
+            "(tempering serve --session-ttl-s); create a new ServiceClient"
+        )
+
+    def finish(self, session_id: str) -> None:
+        if session_id not in self.state:
+            raise RequestError(404, f"unknown session {session_id!r}")
+        self.state[session_id] = False
+        self.last_seen.pop(session_id, None)
+
+    def idle(self, ttl_s: float, now: float) -> list[str]:
+        """The open sessions that have sent nothing for ``ttl_s`` seconds; each is marked expired."""
+        idle = [s for s, seen in self.last_seen.items() if now - seen > ttl_s]
+        for session_id in idle:
+            self.expired[session_id] = now - self.last_seen[session_id]
+        return idle
 
 
 class FutureTable:
@@ -245,7 +357,7 @@ class Sampler:
     )
 
 
-def remember(seen: OrderedDict[int, _T], key: int, value: _T) -> None:
+def remember(seen: OrderedDict[_K, _T], key: _K, value: _T) -> None:
     seen[key] = value
     while len(seen) > _DEDUP_KEPT:
         seen.popitem(last=False)

@@ -4,7 +4,10 @@ results out, in the SDK's own schema (``tinker.proto.tinker_public_pb2``).
 The SDK sends ``forward_backward`` only as protobuf and accepts the results of
 ``forward_backward`` and ``asample`` only as protobuf (it rejects JSON for them), so these three
 conversions are the whole binary surface of the server. Tensors travel as raw little-endian
-bytes; a batch of per-datum tensors as one buffer plus ``N + 1`` int64 *byte* offsets.
+bytes; a batch of per-datum tensors as one buffer plus ``N + 1`` int64 *byte* offsets. A 2-D
+loss input may come as sparse CSR (the SDK encodes a 2-D torch tensor so when that is smaller:
+values, int64 row pointers and column indices); it is densified here, with 0 in the unlisted
+cells as the SDK's ``TensorData.to_numpy()`` does, after checking its indices.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import numpy as np
 import tinker
 from tinker import types as ttypes
 from tinker.proto import tinker_public_pb2 as pb
+from tinker.types.topk_logprobs import TopkLogprobs
+
+from tempering.local.scores import dense_from_csr
 
 __all__ = [
     "ForwardBackwardCall",
@@ -68,6 +74,10 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
             config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
     elif message.loss_fn_config:
         config = {key: float(v) for key, v in message.loss_fn_config.items()}
+    for d, datum in enumerate(message.data):  # a malformed sparse tensor is refused now (400)
+        for name, tensor in datum.loss_fn_inputs.items():
+            if tensor.WhichOneof("encoding") == "sparse_csr":
+                _tensor(tensor, f"forward_backward: datum {d}, field {name!r}")
     return ForwardBackwardCall(
         model_id=message.model_id,
         seq_id=int(message.seq_id),
@@ -83,7 +93,7 @@ def _tensor(msg: pb.Tensor, where: str) -> tinker.TensorData:
     if np_dtype is None:
         raise WireError(f"{where}: unsupported tensor dtype {msg.dtype}")
     if msg.WhichOneof("encoding") == "sparse_csr":
-        raise WireError(f"{where}: sparse tensors are not supported by the local engine")
+        return tinker.TensorData.from_numpy(_sparse(msg, np_dtype, where))
     if len(msg.dense) % np_dtype.itemsize:
         raise WireError(f"{where}: {len(msg.dense)} bytes is not a whole number of {np_dtype} values")
     array = np.frombuffer(msg.dense, dtype=np_dtype)
@@ -93,6 +103,27 @@ def _tensor(msg: pb.Tensor, where: str) -> tinker.TensorData:
     if int(np.prod(shape)) != array.size:
         raise WireError(f"{where}: shape {shape} does not hold {array.size} values")
     return tinker.TensorData.from_numpy(array.reshape(shape).copy())
+
+
+def _sparse(msg: pb.Tensor, np_dtype: np.dtype[np.generic], where: str) -> np.ndarray:
+    """A sparse CSR tensor densified (0 in the unlisted cells); a malformed one is a WireError."""
+    csr = msg.sparse_csr
+    for name, raw, size in (
+        ("values", csr.values, np_dtype.itemsize),
+        ("row pointers", csr.crow_indices, 8),
+        ("column indices", csr.col_indices, 8),
+    ):
+        if len(raw) % size:
+            raise WireError(f"{where}: sparse CSR {name}: {len(raw)} bytes is not a whole number of values")
+    values = np.frombuffer(csr.values, dtype=np_dtype)
+    if np_dtype == np.int32:
+        values = values.astype(np.int64)
+    crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
+    col = np.frombuffer(csr.col_indices, dtype=np.int64)
+    try:
+        return dense_from_csr(values, crow, col, [int(s) for s in msg.shape], 0, where)
+    except ValueError as exc:
+        raise WireError(str(exc)) from exc
 
 
 def proto_datums(message: pb.ForwardBackwardRequest) -> list[tinker.Datum]:
@@ -161,9 +192,30 @@ def encode_forward_backward_output(output: ttypes.ForwardBackwardOutput) -> byte
     return message.SerializeToString()
 
 
+def _topk(target: pb.TopkLogprobs, topk: TopkLogprobs) -> None:
+    length, k = topk.token_ids.shape
+    target.length, target.k = int(length), int(k)
+    target.token_ids = np.ascontiguousarray(topk.token_ids, dtype=np.int32).tobytes()
+    target.logprobs = np.ascontiguousarray(topk.logprobs, dtype=np.float32).tobytes()
+
+
+def _tensor_out(target: pb.Tensor, tensor: tinker.TensorData) -> None:
+    """A float32 ``TensorData`` (dense or sparse CSR) into the SDK's ``Tensor`` message."""
+    target.dtype = pb.DTYPE_FLOAT32
+    target.shape.extend(tensor.shape or [])
+    values = np.asarray(tensor.data, dtype=np.float32)
+    if tensor.sparse_crow_indices is not None and tensor.sparse_col_indices is not None:
+        target.sparse_csr.values = values.tobytes()
+        target.sparse_csr.crow_indices = np.asarray(tensor.sparse_crow_indices, dtype=np.int64).tobytes()
+        target.sparse_csr.col_indices = np.asarray(tensor.sparse_col_indices, dtype=np.int64).tobytes()
+    else:
+        target.dense = values.tobytes()
+
+
 def encode_sample_response(response: ttypes.SampleResponse) -> bytes:
     """A ``SampleResponse`` as the SDK's protobuf (int32 tokens, float32 logprobs; a missing
-    prompt logprob, the first token's, travels as NaN)."""
+    prompt logprob, the first token's, travels as NaN), with the top-K matrices and target
+    logprobs when they were asked for."""
     message = pb.SampleResponse()
     for seq in response.sequences:
         entry = message.sequences.add(
@@ -172,8 +224,14 @@ def encode_sample_response(response: ttypes.SampleResponse) -> bytes:
         )
         if seq.logprobs is not None:
             entry.logprobs = np.asarray(seq.logprobs, dtype=np.float32).tobytes()
+        if seq.topk_logprobs_np is not None:
+            _topk(entry.topk_sampled_logprobs, seq.topk_logprobs_np)
     prompt = response.prompt_logprobs
     if prompt is not None:
         values = [np.nan if v is None else v for v in prompt]
         message.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()
+    if response.topk_prompt_logprobs_np is not None:
+        _topk(message.topk_prompt_logprobs, response.topk_prompt_logprobs_np)
+    if response.target_prompt_logprobs is not None:
+        _tensor_out(message.target_prompt_logprobs, response.target_prompt_logprobs)
     return message.SerializeToString()
