@@ -18,6 +18,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from tempering.local import LocalSamplingClient, LocalTrainingClient, ServiceClient
 from tempering.local.checkpoints import CheckpointStore
+from tempering.local.decoding import draw_inverse_cdf
 from tempering.local.fastdecode import supports_static_decoding
 from tempering.local.loader import ModelLoader
 from tempering.local.model import resolve_placement
@@ -149,3 +150,16 @@ def test_static_decoding_logprobs_match_the_trainer_forward(trainer: LocalTraini
     for seq, o in zip(response.sequences, out.loss_fn_outputs, strict=True):
         forward = o["logprobs"].to_numpy()[len(prompt) - 1 :]
         np.testing.assert_allclose(seq.logprobs or [], forward, atol=1e-5, rtol=0)
+
+
+def test_inverse_cdf_draws_follow_the_distribution() -> None:
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]])
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
+    drawn = draw_inverse_cdf(probs[:1].expand(20000, 5), u)
+    freq = torch.bincount(drawn, minlength=5).float() / 20000
+    np.testing.assert_allclose(freq.numpy(), probs[0].numpy(), atol=0.015)
+    # Zero-probability tokens are never drawn, even at the ends of [0, 1).
+    edges = torch.tensor([0.0, 1.0 - 2**-24, 0.5])
+    for row in probs:
+        got = draw_inverse_cdf(row.expand(3, 5), edges)
+        assert bool((row[got] > 0).all()), (row, got)

@@ -247,6 +247,18 @@ def plain_dynamic_cache(cache: DynamicCache) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
+def draw_inverse_cdf(probs_A_V: torch.Tensor, u_A: torch.Tensor) -> torch.Tensor:
+    """For each row, the first token whose cumulative probability exceeds ``u * total``
+    (``u`` uniform in [0, 1)): a draw from the row's distribution that needs one random number,
+    not one per vocabulary entry as ``torch.multinomial`` does. Tokens of probability zero are
+    never drawn: the threshold stays below the row's total."""
+    cdf_A_V = probs_A_V.cumsum(dim=-1)
+    total_A = cdf_A_V[:, -1]
+    below_A = torch.nextafter(total_A, torch.zeros_like(total_A))
+    threshold_A = torch.minimum(u_A.to(cdf_A_V.dtype) * total_A, below_A)
+    return torch.searchsorted(cdf_A_V, threshold_A.unsqueeze(1), right=True).squeeze(1)
+
+
 class Decoder:
     """Decodes a batch of requests together. Row ``n`` belongs to request ``req_N[n]``."""
 
@@ -404,24 +416,22 @@ class Decoder:
                 scaled = torch.full_like(scaled, -math.inf).scatter(-1, sorted_idx, sorted_vals)
             logp = torch.log_softmax(scaled, dim=-1)
 
-            # 2. Draw: each request from its own generator, over its contiguous active rows.
+            # 2. Draw: one uniform number per row from its request's own generator (over the
+            # request's contiguous active rows), then the token where the row's cumulative
+            # probability passes it (inverse CDF; one pass over the vocabulary for all rows).
             if all_greedy:
                 nxt = raw.argmax(dim=-1)
             else:
-                probs = logp.exp()
                 if single:
-                    nxt = torch.multinomial(probs, 1, generator=generators[0]).squeeze(1)
+                    u_A = torch.rand(len(active_np), generator=generators[0], device=device)
                 else:
                     req_A = req_N[active_np]
                     parts: list[torch.Tensor] = []
-                    start = 0
                     for r, group in itertools.groupby(req_A.tolist()):
                         size = len(list(group))
-                        parts.append(
-                            torch.multinomial(probs[start : start + size], 1, generator=generators[r])
-                        )
-                        start += size
-                    nxt = torch.cat(parts).squeeze(1)
+                        parts.append(torch.rand(size, generator=generators[r], device=device))
+                    u_A = torch.cat(parts)
+                nxt = draw_inverse_cdf(logp.exp(), u_A)
                 if any_greedy:
                     nxt = torch.where(greedy_N, raw.argmax(dim=-1), nxt)
             token_lp = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
