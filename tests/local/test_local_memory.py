@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tinker
 import torch
-from local_helpers import random_tokens
+from local_helpers import random_tokens, reference_model
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -22,6 +22,7 @@ from tempering.local.checkpoints import CheckpointStore
 from tempering.local.errors import DatumError
 from tempering.local.forward import TrainingForward, chunked_target_logprobs
 from tempering.local.loader import LoraShape, ModelLoader
+from tempering.local.losses import check_data, pad_batch
 from tempering.local.microbatch import (
     MAX_BATCH_TOKENS_ENV,
     RequestTooLargeError,
@@ -436,3 +437,42 @@ def test_peak_activation_memory_is_flat_beyond_the_budget(loader: ModelLoader) -
     per_token = activation_bytes_per_token(split._model.config, torch.float32, checkpointing=False)
     measured = split_peaks[0] / budget
     assert measured <= per_token <= 2 * measured
+
+
+def _softcapped_model() -> nn.Module:
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(
+        vocab_size=264,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=128,
+        final_logit_softcapping=5.0,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Gemma2ForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "softcapped"])
+def test_target_logprobs_equal_the_models_own_logits(tiny_dir: Path, kind: str) -> None:
+    """A Llama-style model is unembedded chunk by chunk; one that soft-caps its logits (Gemma 2)
+    is detected and uses its own logits. Both equal log_softmax of the model's logits."""
+    model = reference_model(tiny_dir) if kind == "llama" else _softcapped_model()
+    forward = TrainingForward(model, activation_checkpointing=False)
+    assert forward.split_head == (kind == "llama")
+    forward.chunk_tokens = 5
+    data = _rl_data(10, "cross_entropy")[:4]
+    batch = pad_batch(
+        check_data(data, None, vocab_size=264, max_length=128), None, {}, device=torch.device("cpu")
+    )
+    with torch.no_grad():
+        lp = forward.target_logprobs(batch)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        expected = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.targets)
+    real = batch.mask.bool()
+    torch.testing.assert_close(lp[real], expected[real], rtol=1e-5, atol=1e-5)
