@@ -41,7 +41,7 @@ from tempering.local.model import (
 )
 from tempering.local.sampling import SamplerModel
 from tempering.local.tiny import TINY_MODEL
-from tempering.local.training import LocalTrainingClient, ModelSpec
+from tempering.local.training import LocalTrainingClient, ModelSpec, TrainingMemory
 
 __all__ = ["LoadedBase", "LoraShape", "ModelLoader"]
 
@@ -70,11 +70,21 @@ class ModelLoader:
     """Builds training clients and sampler models for one checkpoint store and placement.
 
     ``share_bases``: keep each base model loaded and share its frozen weights between clients
-    (see the module docstring). Thread-safe: the server loads from several worker threads.
+    (see the module docstring). ``memory``: the training clients' micro-batch budget and
+    activation checkpointing (default: from the environment, see :class:`TrainingMemory`).
+    Thread-safe: the server loads from several worker threads.
     """
 
-    def __init__(self, store: CheckpointStore, placement: Placement, *, share_bases: bool = False) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        placement: Placement,
+        *,
+        share_bases: bool = False,
+        memory: TrainingMemory | None = None,
+    ) -> None:
         self.store = store
+        self.memory = memory
         self.placement = placement
         self._share_bases = share_bases
         self._bases: dict[Path, LoadedBase] = {}
@@ -134,7 +144,7 @@ class ModelLoader:
         self, model: torch.nn.Module, spec: ModelSpec, tokenizer: PreTrainedTokenizerBase
     ) -> LocalTrainingClient:
         return LocalTrainingClient(
-            model, spec, self.placement, tokenizer, self.store, load_sampler=self.sampler
+            model, spec, self.placement, tokenizer, self.store, load_sampler=self.sampler, memory=self.memory
         )
 
     def trainer_from_checkpoint(

@@ -60,7 +60,17 @@ import torch
 
 from tempering.local.errors import DatumError, LossConfigError, UnknownLossError
 
-__all__ = ["BUILTIN_LOSSES", "Batch", "BuiltinLoss", "build_batch", "get_loss", "resolve_config"]
+__all__ = [
+    "BUILTIN_LOSSES",
+    "Batch",
+    "BuiltinLoss",
+    "CheckedDatum",
+    "build_batch",
+    "check_data",
+    "get_loss",
+    "pad_batch",
+    "resolve_config",
+]
 
 Objective = Callable[[torch.Tensor, Mapping[str, torch.Tensor], Mapping[str, float]], torch.Tensor]
 """``(lp_B_L_K, inputs, config) -> elementwise loss [B, L, K]``; padding is masked afterwards."""
@@ -240,27 +250,32 @@ def _as_array(datum_index: int, key: str, value: tinker.TensorData) -> npt.NDArr
     return array
 
 
-def build_batch(
+@dataclass(frozen=True)
+class CheckedDatum:
+    """One datum that passed :func:`check_data`: its tokens, targets and float loss inputs."""
+
+    tokens: npt.NDArray[np.int64]
+    target: npt.NDArray[np.int64]
+    inputs: dict[str, npt.NDArray[np.float32]]
+
+
+def check_data(
     data: Sequence[tinker.Datum],
     loss: BuiltinLoss | None,
-    config: Mapping[str, float],
     *,
     vocab_size: int,
     max_length: int,
-    device: torch.device,
-) -> Batch:
+) -> list[CheckedDatum]:
     """Check every datum against ``loss`` (None: a custom loss, which needs only
-    ``target_tokens``) and pad them into one :class:`Batch`. Raises :class:`DatumError` naming
-    the first datum and field that don't fit; nothing is computed before all are checked."""
+    ``target_tokens``). Raises :class:`DatumError` naming the first datum and field that don't
+    fit; nothing is computed before all are checked."""
     if not data:
         raise ValueError("no data: pass at least one datum")
     name = repr(loss.name) if loss is not None else "custom"
     required = loss.required if loss is not None else ()
     optional = loss.per_token_config if loss is not None else ()
     allows_topk = loss.allows_topk if loss is not None else True
-    tokens_D: list[npt.NDArray[np.int64]] = []
-    targets_D: list[npt.NDArray[np.int64]] = []
-    inputs_D: list[dict[str, npt.NDArray[np.float32]]] = []
+    checked: list[CheckedDatum] = []
     for i, datum in enumerate(data):
         if not isinstance(datum, tinker.Datum):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise DatumError(i, "datum", f"expected tinker.Datum, got {type(datum).__name__}")
@@ -272,7 +287,12 @@ def build_batch(
         if n == 0:
             raise DatumError(i, "model_input", "is empty")
         if n > max_length:
-            raise DatumError(i, "model_input", f"has {n} tokens; the model's context is {max_length}")
+            raise DatumError(
+                i,
+                "model_input",
+                f"has {n} tokens; the model's context (max_position_embeddings) is {max_length}: "
+                "shorten the datum or train a model with a longer context",
+            )
         _check_ids(i, "model_input", tokens, vocab_size)
         fields = datum.loss_fn_inputs
         if "target_tokens" not in fields:
@@ -305,13 +325,23 @@ def build_batch(
             if loss is not None and key in loss.nonzero and not array.any():
                 raise DatumError(i, key, f"is all zero: loss {name} needs it to mark at least one token")
             arrays[key] = array.astype(np.float32)
-        tokens_D.append(tokens)
-        targets_D.append(target)
-        inputs_D.append(arrays)
+        checked.append(CheckedDatum(tokens, target, arrays))
+    return checked
 
-    B = len(data)
-    L = max(len(t) for t in tokens_D)
-    K = max(1 if t.ndim == 1 else t.shape[1] for t in targets_D)
+
+def pad_batch(
+    checked: Sequence[CheckedDatum],
+    loss: BuiltinLoss | None,
+    config: Mapping[str, float],
+    *,
+    device: torch.device,
+) -> Batch:
+    """Pad checked datums (all of a request, or one micro-batch of it) into one :class:`Batch`."""
+    required = loss.required if loss is not None else ()
+    optional = loss.per_token_config if loss is not None else ()
+    B = len(checked)
+    L = max(len(d.tokens) for d in checked)
+    K = max(1 if d.target.ndim == 1 else d.target.shape[1] for d in checked)
     input_ids = np.zeros((B, L), dtype=np.int64)
     attention = np.zeros((B, L), dtype=np.int64)
     targets = np.zeros((B, L, K), dtype=np.int64)
@@ -319,14 +349,14 @@ def build_batch(
     inputs = {key: np.zeros((B, L, K), dtype=np.float32) for key in (*required, *optional)}
     for key in optional:
         inputs[key][:] = config[key]
-    for b, (tokens, target, arrays) in enumerate(zip(tokens_D, targets_D, inputs_D, strict=True)):
-        n = len(tokens)
-        k = 1 if target.ndim == 1 else target.shape[1]
-        input_ids[b, :n] = tokens
+    for b, datum in enumerate(checked):
+        n = len(datum.tokens)
+        k = 1 if datum.target.ndim == 1 else datum.target.shape[1]
+        input_ids[b, :n] = datum.tokens
         attention[b, :n] = 1
-        targets[b, :n, :k] = target.reshape(n, k)
+        targets[b, :n, :k] = datum.target.reshape(n, k)
         mask[b, :n, :k] = 1.0
-        for key, array in arrays.items():
+        for key, array in datum.inputs.items():
             inputs[key][b, :n, :k] = array.reshape(n, k)
     padded = bool((attention == 0).any())
     return Batch(
@@ -335,9 +365,23 @@ def build_batch(
         targets=torch.from_numpy(targets).to(device),
         mask=torch.from_numpy(mask).to(device),
         inputs={key: torch.from_numpy(value).to(device) for key, value in inputs.items()},
-        target_shapes=[tuple(t.shape) for t in targets_D],
+        target_shapes=[tuple(d.target.shape) for d in checked],
         num_tokens=int(attention.sum()),
     )
+
+
+def build_batch(
+    data: Sequence[tinker.Datum],
+    loss: BuiltinLoss | None,
+    config: Mapping[str, float],
+    *,
+    vocab_size: int,
+    max_length: int,
+    device: torch.device,
+) -> Batch:
+    """:func:`check_data`, then :func:`pad_batch` of the whole request."""
+    checked = check_data(data, loss, vocab_size=vocab_size, max_length=max_length)
+    return pad_batch(checked, loss, config, device=device)
 
 
 def _check_ids(index: int, key: str, ids: npt.NDArray[np.int64], vocab_size: int) -> None:

@@ -2,10 +2,11 @@
 
 An RL batch holds ``G`` samples of every prompt: ``G`` datums whose first tokens (the prompt)
 are the same. Running every datum through the model in full repeats the prompt's work ``G``
-times. :func:`shared_prefix_logits` runs each distinct prefix once, keeps its KV cache, and runs
-only the rest of every datum against its prefix's cache (the cache rows are gathered per datum,
-so gradients flow back into the shared prefix). The logits are those of the plain forward pass
-up to float rounding (the matrix shapes differ), and so are the gradients.
+times. :func:`shared_prefix_hidden` (the decoder body's hidden states, which the training client
+unembeds chunk by chunk) and :func:`shared_prefix_logits` run each distinct prefix once, keep its
+KV cache, and run only the rest of every datum against its prefix's cache (the cache rows are
+gathered per datum, so gradients flow back into the shared prefix). The outputs are those of the
+plain forward pass up to float rounding (the matrix shapes differ), and so are the gradients.
 
 :func:`plan_prefix` decides whether it pays: one prefix length ``P`` for the whole batch (the
 shortest prefix shared within a run of consecutive datums, and at least one token short of the
@@ -14,7 +15,7 @@ shortest datum), used only when it saves at least a quarter of the tokens.
 Example::
 
     plan = plan_prefix(input_ids_B_L.numpy(), lengths_B)
-    logits_B_L_V = shared_prefix_logits(model, input_ids_B_L, attention_B_L, plan) if plan else ...
+    hidden_B_L_H = shared_prefix_hidden(decoder, input_ids_B_L, attention_B_L, plan) if plan else ...
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from transformers.cache_utils import DynamicLayer
 
 from tempering.local.decoding import cache_kwargs
 
-__all__ = ["PrefixPlan", "plan_prefix", "shared_prefix_logits", "supports_prefix_sharing"]
+__all__ = [
+    "PrefixPlan",
+    "plan_prefix",
+    "shared_prefix_hidden",
+    "shared_prefix_logits",
+    "supports_prefix_sharing",
+]
 
 MIN_SAVING = 0.25
 """Share prefixes only when that removes at least this fraction of the batch's tokens."""
@@ -101,13 +108,32 @@ def shared_prefix_logits(
     model: nn.Module, input_ids_B_L: torch.Tensor, attention_B_L: torch.Tensor | None, plan: PrefixPlan
 ) -> torch.Tensor:
     """Logits ``[B, L, V]`` of the batch, each prefix run once (see the module docstring)."""
+    return _shared_forward(model, input_ids_B_L, attention_B_L, plan, "logits")
+
+
+def shared_prefix_hidden(
+    decoder: nn.Module, input_ids_B_L: torch.Tensor, attention_B_L: torch.Tensor | None, plan: PrefixPlan
+) -> torch.Tensor:
+    """The decoder body's last hidden states ``[B, L, H]`` (``decoder``: the model without its
+    unembedding, e.g. ``LlamaForCausalLM.model``), each prefix run once. The training client
+    turns them into target logprobs chunk by chunk, never holding ``[B, L, V]`` logits."""
+    return _shared_forward(decoder, input_ids_B_L, attention_B_L, plan, "last_hidden_state")
+
+
+def _shared_forward(
+    module: nn.Module,
+    input_ids_B_L: torch.Tensor,
+    attention_B_L: torch.Tensor | None,
+    plan: PrefixPlan,
+    field: str,
+) -> torch.Tensor:
     device = input_ids_B_L.device
     P = plan.length
     first_G = torch.from_numpy(plan.first_G).to(device)
     group_B = torch.from_numpy(plan.group_B).to(device)
     prefix_G_P = input_ids_B_L[:, :P].index_select(0, first_G)
     shared = DynamicCache()
-    out = model(input_ids=prefix_G_P, **cache_kwargs(model, shared), use_cache=True)
+    out = module(input_ids=prefix_G_P, **cache_kwargs(module, shared), use_cache=True)
     cache = DynamicCache()
     for layer, entry in enumerate(shared.layers):
         assert isinstance(entry, DynamicLayer)
@@ -117,11 +143,13 @@ def shared_prefix_logits(
         cache.update(keys.index_select(0, group_B), values.index_select(0, group_B), layer)
     L = input_ids_B_L.shape[1]
     positions = torch.arange(P, L, device=device).unsqueeze(0).expand(input_ids_B_L.shape[0], -1)
-    rest = model(
+    rest = module(
         input_ids=input_ids_B_L[:, P:],
         attention_mask=attention_B_L,
         position_ids=positions,
-        **cache_kwargs(model, cache),
+        **cache_kwargs(module, cache),
         use_cache=True,
     )
-    return torch.cat([out.logits.index_select(0, group_B), rest.logits], dim=1)
+    head: torch.Tensor = getattr(out, field)
+    tail: torch.Tensor = getattr(rest, field)
+    return torch.cat([head.index_select(0, group_B), tail], dim=1)

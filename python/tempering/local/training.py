@@ -31,14 +31,15 @@ from tempering.local.checkpoints import (
     LoraMeta,
 )
 from tempering.local.errors import IncompatibleCheckpointError
+from tempering.local.forward import TrainingForward, per_datum_logprobs, resolve_checkpointing
 from tempering.local.futures import LocalFuture, Worker, WorkerClient
-from tempering.local.losses import Batch, build_batch, get_loss, resolve_config
+from tempering.local.losses import CheckedDatum, check_data, get_loss, pad_batch, resolve_config
+from tempering.local.microbatch import gradients_all_or_nothing, plan_microbatches, resolve_token_budget
 from tempering.local.model import Placement, hf_model, sampling_copy, trainable_parameters
-from tempering.local.prefix import plan_prefix, shared_prefix_logits, supports_prefix_sharing
 from tempering.local.sampling import LocalSamplingClient, SamplerModel
 from tempering_protocols.backend import CustomLossFn
 
-__all__ = ["LocalTrainingClient", "ModelSpec"]
+__all__ = ["LocalTrainingClient", "ModelSpec", "TrainingMemory"]
 
 _OUTPUT_TYPE = "ArrayRecord"
 
@@ -52,11 +53,27 @@ class ModelSpec:
     lora: LoraMeta | None
 
 
+@dataclass(frozen=True)
+class TrainingMemory:
+    """How a training client keeps within memory (:mod:`tempering.local.microbatch`).
+
+    ``max_batch_tokens``: the most padded tokens in one micro-batch (None:
+    ``$TEMPERING_MAX_BATCH_TOKENS``, else derived from memory). ``activation_checkpointing``:
+    recompute the decoder layers in the backward pass (None: ``$TEMPERING_ACTIVATION_CHECKPOINTING``,
+    else off)."""
+
+    max_batch_tokens: int | None = None
+    activation_checkpointing: bool | None = None
+
+
 class LocalTrainingClient(WorkerClient):
     """Trains one model in-process. Satisfies ``tempering_protocols.TrainingClient`` with the
     official ``tinker`` types; get one from ``tempering.local.ServiceClient`` (built by
     :class:`~tempering.local.loader.ModelLoader`, whose ``sampler`` is ``load_sampler``: it
     builds the sampler model for a saved path in :meth:`create_sampling_client`).
+
+    Requests are split into micro-batches under a token budget and the target logprobs are
+    computed chunk by chunk over the vocabulary (``memory``: :class:`TrainingMemory`).
 
     Example::
 
@@ -77,6 +94,7 @@ class LocalTrainingClient(WorkerClient):
         run_id: str | None = None,
         *,
         load_sampler: Callable[[str], SamplerModel],
+        memory: TrainingMemory | None = None,
     ) -> None:
         self._model = model
         self._load_sampler = load_sampler
@@ -93,7 +111,12 @@ class LocalTrainingClient(WorkerClient):
         self._vocab_size = int(config.vocab_size)
         self._max_length = int(getattr(config, "max_position_embeddings", 0) or 1 << 20)
         self._arch = str(config.model_type)
-        self._share_prefixes = supports_prefix_sharing(hf_model(model))
+        memory = memory or TrainingMemory()
+        checkpointing = resolve_checkpointing(memory.activation_checkpointing)
+        self._forward = TrainingForward(model, activation_checkpointing=checkpointing)
+        self._budget = resolve_token_budget(
+            memory.max_batch_tokens, config, placement, checkpointing=checkpointing
+        )
 
     @property
     def checkpoint_store(self) -> CheckpointStore:
@@ -135,33 +158,6 @@ class LocalTrainingClient(WorkerClient):
         data = list(data)
         return self._worker.submit(lambda: self._custom(data, loss_fn))
 
-    def _target_logprobs(self, batch: Batch) -> torch.Tensor:
-        """``lp[b, t, k]``: log-probability of ``targets[b, t, k]`` after ``input_ids[b, :t+1]``.
-        Datums that share their first tokens (an RL group's prompt) share that part of the
-        forward pass (:mod:`tempering.local.prefix`)."""
-        plan = None
-        if self._share_prefixes:
-            ids = batch.input_ids.cpu().numpy()
-            mask = batch.attention_mask
-            lengths = mask.sum(dim=1).cpu().numpy() if mask is not None else np.full(len(ids), ids.shape[1])
-            plan = plan_prefix(ids, lengths.astype(np.int64))
-        if plan is not None:
-            logits = shared_prefix_logits(self._model, batch.input_ids, batch.attention_mask, plan)
-        else:
-            logits = self._model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        logits_B_L_V = logits.float()
-        lse_B_L_1 = torch.logsumexp(logits_B_L_V, dim=-1, keepdim=True)
-        return logits_B_L_V.gather(-1, batch.targets) - lse_B_L_1
-
-    @staticmethod
-    def _per_datum(lp_B_L_K: torch.Tensor, batch: Batch) -> list[torch.Tensor]:
-        """Each datum's logprobs in the shape of its ``target_tokens``."""
-        out: list[torch.Tensor] = []
-        for b, shape in enumerate(batch.target_shapes):
-            T = shape[0]
-            out.append(lp_B_L_K[b, :T, 0] if len(shape) == 1 else lp_B_L_K[b, :T, : shape[1]])
-        return out
-
     @staticmethod
     def _outputs(per_datum: list[torch.Tensor]) -> list[ttypes.LossFnOutput]:
         return [
@@ -169,15 +165,22 @@ class LocalTrainingClient(WorkerClient):
             for lp in per_datum
         ]
 
-    def _batch(self, data: list[tinker.Datum], loss_name: str | None, config: Mapping[str, float]) -> Batch:
-        return build_batch(
-            data,
-            get_loss(loss_name) if loss_name is not None else None,
-            config,
-            vocab_size=self._vocab_size,
-            max_length=self._max_length,
-            device=self._placement.device,
-        )
+    def _check(self, data: list[tinker.Datum], loss_name: str | None) -> list[CheckedDatum]:
+        loss = get_loss(loss_name) if loss_name is not None else None
+        return check_data(data, loss, vocab_size=self._vocab_size, max_length=self._max_length)
+
+    def _microbatches(self, checked: list[CheckedDatum]) -> list[list[int]]:
+        return plan_microbatches([d.tokens for d in checked], self._budget)
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """The most padded tokens one micro-batch holds (:mod:`tempering.local.microbatch`)."""
+        return self._budget.tokens
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Whether the decoder layers are recomputed in the backward pass."""
+        return self._forward.activation_checkpointing
 
     def _builtin(
         self,
@@ -189,22 +192,42 @@ class LocalTrainingClient(WorkerClient):
     ) -> ttypes.ForwardBackwardOutput:
         loss = get_loss(loss_fn)
         config = resolve_config(loss, loss_fn_config)
-        batch = self._batch(data, loss_fn, config)
-        with torch.set_grad_enabled(backward):
-            lp = self._target_logprobs(batch)
-            total = (loss.objective(lp, batch.inputs, config) * batch.mask).sum()
-            if backward:
-                total.backward()
+        checked = self._check(data, loss_fn)
+        parts = self._microbatches(checked)
+        outputs: list[ttypes.LossFnOutput] = [{} for _ in checked]
+        total = 0.0
+        with torch.set_grad_enabled(backward), gradients_all_or_nothing(self._params):
+            for rows in parts:
+                batch = pad_batch([checked[i] for i in rows], loss, config, device=self._placement.device)
+                lp = self._forward.target_logprobs(batch)
+                micro = (loss.objective(lp, batch.inputs, config) * batch.mask).sum()
+                if backward:
+                    micro.backward()
+                total += float(micro.detach())
+                for i, out in zip(rows, self._outputs(per_datum_logprobs(lp, batch)), strict=True):
+                    outputs[i] = out
         return ttypes.ForwardBackwardOutput(
             loss_fn_output_type=_OUTPUT_TYPE,
-            loss_fn_outputs=self._outputs(self._per_datum(lp, batch)),
-            metrics={"loss:sum": float(total.detach())},
+            loss_fn_outputs=outputs,
+            metrics={"loss:sum": total},
         )
 
     def _custom(self, data: list[tinker.Datum], loss_fn: CustomLossFn) -> ttypes.ForwardBackwardOutput:
-        batch = self._batch(data, None, {})
-        with torch.enable_grad():
-            per_datum = self._per_datum(self._target_logprobs(batch), batch)
+        """One forward pass with its graph kept when the request is one micro-batch; else a
+        forward without gradients for the loss, then each micro-batch again with its share of
+        the loss's gradient (two forward passes, as on the hosted service)."""
+        checked = self._check(data, None)
+        parts = self._microbatches(checked)
+        device = self._placement.device
+        per_datum: list[torch.Tensor] = [torch.empty(0) for _ in checked]
+        with torch.set_grad_enabled(len(parts) == 1):
+            for rows in parts:
+                batch = pad_batch([checked[i] for i in rows], None, {}, device=device)
+                for i, lp in zip(
+                    rows, per_datum_logprobs(self._forward.target_logprobs(batch), batch), strict=True
+                ):
+                    per_datum[i] = lp
+        with torch.enable_grad(), gradients_all_or_nothing(self._params):
             leaves = [lp.detach().to("cpu", torch.float32).requires_grad_(True) for lp in per_datum]
             loss, metrics = loss_fn(data, leaves)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -217,11 +240,17 @@ class LocalTrainingClient(WorkerClient):
                 torch.autograd.grad(loss.reshape(()), leaves, allow_unused=True),
             )
             out_metrics = {str(k): _scalar(v) for k, v in dict(metrics).items()}
-            grads_on_device = [
-                (g if g is not None else torch.zeros_like(leaf)).to(lp.device, lp.dtype)
+            grads_D = [
+                (g if g is not None else torch.zeros_like(leaf)).to(device, lp.dtype)
                 for g, leaf, lp in zip(grads, leaves, per_datum, strict=True)
             ]
-            torch.autograd.backward(per_datum, grads_on_device)
+            if len(parts) == 1:
+                torch.autograd.backward(per_datum, grads_D)
+            else:
+                for rows in parts:
+                    batch = pad_batch([checked[i] for i in rows], None, {}, device=device)
+                    again = per_datum_logprobs(self._forward.target_logprobs(batch), batch)
+                    torch.autograd.backward(again, [grads_D[i] for i in rows])
         out_metrics["loss:sum"] = float(loss.detach().reshape(()))
         return ttypes.ForwardBackwardOutput(
             loss_fn_output_type=_OUTPUT_TYPE,
