@@ -55,7 +55,7 @@ def supported_architectures() -> tuple[str, ...]:
     """The GGUF architectures this transformers can dequantize into a model."""
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    return tuple(GGUF_SUPPORTED_ARCHITECTURES)
+    return tuple(a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer"))
 
 
 def read_gguf(path: Path) -> GGUFSummary:
