@@ -129,10 +129,11 @@ def convert_gguf(path: Path, out_dir: Path) -> GGUFSummary:
     summary = read_gguf(path)
     try:
         with quiet_progress():
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            # The model first: transformers checks the architecture there.
             loaded = AutoModelForCausalLM.from_pretrained(
                 path.parent, gguf_file=path.name, dtype=torch.float32
             )
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except ValueError as exc:
         if "not supported" in str(exc) and "architecture" in str(exc):
             raise UnsupportedGGUFError(
