@@ -156,7 +156,7 @@ def _train(command: str, argv: Sequence[str]) -> int:
     return 0
 
 
-_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers"})
+_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers", "gguf"})
 """The modules of the ``local`` extra (the in-process engine)."""
 
 
