@@ -156,12 +156,13 @@ def pull(name: str, root: Path, *, source: Path | None = None, force: bool = Fal
             "model, pass a local directory, a .gguf file or a directory holding one as base_model"
         )
     target = models_dir(root) / packaged.name
+    replace = force
     if target.exists() and not force:
         try:
             verify(target)
             return target
         except CorruptModelError:
-            pass  # re-pulled below, replacing it
+            replace = True  # re-pulled below, replacing it
     _remove_stale_scratch(models_dir(root))
     with _scratch(models_dir(root), ".download-") as download:
         if source is not None:
@@ -180,7 +181,13 @@ def pull(name: str, root: Path, *, source: Path | None = None, force: bool = Fal
             )
         _say(f"converting {Path(packaged.member).name} into {target}")
         return _convert_into(
-            gguf_path, digest, target, name=packaged.name, hub_name=packaged.hub_name, origin=origin
+            gguf_path,
+            digest,
+            target,
+            name=packaged.name,
+            hub_name=packaged.hub_name,
+            origin=origin,
+            replace=replace,
         )
 
 
@@ -194,7 +201,7 @@ def import_gguf(path: Path, root: Path) -> Path:
     origin: dict[str, str] = {"kind": "gguf-file", "file": str(path.resolve())}
     _remove_stale_scratch(models_dir(root))
     _say(f"converting {path} into {target} (once)")
-    return _convert_into(path, digest, target, name=path.name, hub_name=None, origin=origin)
+    return _convert_into(path, digest, target, name=path.name, hub_name=None, origin=origin, replace=False)
 
 
 def _known_names() -> str:
@@ -282,9 +289,19 @@ def _gguf_from_source(packaged: PackagedModel, source: Path, into: Path) -> tupl
 
 
 def _convert_into(
-    gguf_path: Path, digest: str, target: Path, *, name: str, hub_name: str | None, origin: dict[str, str]
+    gguf_path: Path,
+    digest: str,
+    target: Path,
+    *,
+    name: str,
+    hub_name: str | None,
+    origin: dict[str, str],
+    replace: bool,
 ) -> Path:
-    """Convert ``gguf_path`` in a scratch directory, write the manifest, rename into ``target``."""
+    """Convert ``gguf_path`` in a scratch directory, write the manifest, rename into ``target``.
+
+    ``replace``: an existing ``target`` (a forced re-pull, a corrupt entry) is moved aside first.
+    Otherwise a ``target`` that appeared meanwhile (another process finished first) is kept."""
     with _scratch(target.parent, f".{target.name}-building-") as scratch:
         summary = convert_gguf(gguf_path, scratch)
         files = {
@@ -308,7 +325,7 @@ def _convert_into(
         }
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         scratch.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
-        if target.exists():  # a forced re-pull, or a corrupt entry: replaced whole
+        if replace and target.exists():  # a forced re-pull, or a corrupt entry: replaced whole
             old = target.with_name(f".{target.name}-old-{os.getpid()}")
             target.rename(old)
             shutil.rmtree(old, ignore_errors=True)
