@@ -82,6 +82,17 @@ def test_unsupported_quantization_type_is_named(tmp_path: Path) -> None:
     assert _left_in(root) == []
 
 
+def test_a_gguf_without_its_sizes_is_refused_before_loading(tmp_path: Path) -> None:
+    """transformers would build its default config (a 7B-parameter Llama, 28 GB in float32)."""
+    path = _write_gguf(tmp_path / "bare.gguf", "llama")
+    root = tmp_path / "home"
+    with pytest.raises(
+        UnsupportedGGUFError, match=r"'llama' GGUF lacks llama\.block_count, llama\.embedding_length"
+    ):
+        resolve_model_dir(str(path), root)
+    assert _left_in(root) == []
+
+
 def test_a_directory_with_two_ggufs_asks_for_one(tmp_path: Path) -> None:
     _write_gguf(tmp_path / "a.gguf", "llama")
     _write_gguf(tmp_path / "b.gguf", "llama")

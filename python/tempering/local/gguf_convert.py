@@ -72,6 +72,7 @@ def read_gguf(path: Path) -> GGUFSummary:
         architecture = str(arch_field.contents()) if arch_field is not None else ""
         name_field = reader.get_field("general.name")
         model_name = str(name_field.contents()) if name_field is not None else ""
+        missing = [k for k in _required_fields(architecture) if reader.get_field(k) is None]
         first_of_type: dict[str, np.ndarray] = {}
         types: dict[str, object] = {}
         for tensor in reader.tensors:
@@ -88,6 +89,8 @@ def read_gguf(path: Path) -> GGUFSummary:
         raise CorruptModelError(f"{path} has no general.architecture field: not a model GGUF file")
     if not types:
         raise CorruptModelError(f"{path} holds no tensors: not a model GGUF file")
+    if not _maps(architecture):
+        raise UnsupportedGGUFError(_unsupported_architecture(path, architecture))
     from gguf import GGMLQuantizationType
 
     for kind, data in first_of_type.items():
@@ -101,11 +104,38 @@ def read_gguf(path: Path) -> GGUFSummary:
                 "dequantized by the gguf package; use a GGUF of another quantization (Q4_0, Q4_1, "
                 "Q5_K, Q8_0, F16, …) of the same model"
             ) from None
+    if missing:
+        # transformers would fill the gaps with its defaults: a 7B-parameter Llama, say.
+        raise UnsupportedGGUFError(
+            f"{path}: this {architecture!r} GGUF lacks {', '.join(missing)}; a model file written "
+            "by llama.cpp's converter has them. Use a complete GGUF or the model's Hugging Face release"
+        )
     return GGUFSummary(
         architecture=architecture,
         model_name=model_name,
         quantization=tuple(sorted(types)),
         tensors=len(reader.tensors),
+    )
+
+
+def _required_fields(architecture: str) -> tuple[str, ...]:
+    """The metadata a model GGUF must have for transformers to size the model from it."""
+    return (f"{architecture}.block_count", f"{architecture}.embedding_length", "tokenizer.ggml.tokens")
+
+
+def _maps(architecture: str) -> bool:
+    """Whether transformers maps ``architecture`` (its own renames: ``qwen2moe``, ``gpt-oss``,
+    ``t5encoder`` …); transformers has the last word when loading."""
+    supported = supported_architectures()
+    name = architecture.replace("-", "_")
+    return name in supported or name.replace("moe", "_moe") in supported or name.startswith("t5")
+
+
+def _unsupported_architecture(path: Path, architecture: str) -> str:
+    return (
+        f"{path}: GGUF architecture {architecture!r} is not one transformers can dequantize (it maps "
+        f"{', '.join(supported_architectures())}); use the model's Hugging Face release, or a GGUF "
+        "of a supported architecture"
     )
 
 
@@ -136,12 +166,13 @@ def convert_gguf(path: Path, out_dir: Path) -> GGUFSummary:
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except ValueError as exc:
         if "not supported" in str(exc) and "architecture" in str(exc):
-            raise UnsupportedGGUFError(
-                f"{path}: GGUF architecture {summary.architecture!r} is not one transformers can "
-                f"dequantize (it maps {', '.join(supported_architectures())}); use the model's "
-                "Hugging Face release, or a GGUF of a supported architecture"
-            ) from None
-        raise CorruptModelError(f"{path}: transformers could not load this GGUF file: {exc}") from exc
+            raise UnsupportedGGUFError(_unsupported_architecture(path, summary.architecture)) from None
+        # The header read fine (read_gguf), so this is a model transformers does not load as a
+        # causal LM (an encoder, a layout it does not map), not a damaged file.
+        raise UnsupportedGGUFError(
+            f"{path}: transformers could not load this {summary.architecture!r} GGUF as a causal "
+            f"language model ({exc}); use the model's Hugging Face release"
+        ) from exc
     except (OSError, KeyError, RuntimeError, TypeError) as exc:
         raise CorruptModelError(
             f"{path}: transformers could not load this GGUF file ({type(exc).__name__}: {exc}); "
