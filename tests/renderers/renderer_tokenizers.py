@@ -20,6 +20,7 @@ SHARED_TOKENIZER_NAMES = (
     "qwen3_disable_thinking",
     "qwen3_instruct",
     "role_colon",
+    "smollm2",
 )
 """The formats whose special tokens this module's tokenizer has. The other registry names are
 tested against the Tinker Cookbook, each with its own family's tokenizer

@@ -82,6 +82,13 @@ EXPECTED = {
         "<|im_start|>assistant\n6<|im_end|>\n",
         "4<|im_end|>\n6<|im_end|>\n",
     ),
+    # A system message given: plain ChatML (without one, SmolLM2's default; test_smollm2.py).
+    "smollm2": (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"
+        "<|im_start|>assistant\n6<|im_end|>",
+        "4<|im_end|>6<|im_end|>",
+    ),
 }
 
 
@@ -117,13 +124,14 @@ def test_extends_prefix_flags(renderers: dict[str, BaseRenderer]) -> None:
         "qwen3_instruct": True,
         "llama3": True,
         "hf_template": True,
+        "smollm2": True,
     }
 
 
 def test_stop_sequences(renderers: dict[str, BaseRenderer], tokenizer: PreTrainedTokenizerFast) -> None:
     ids = tokenizer.convert_tokens_to_ids
     assert renderers["role_colon"].get_stop_sequences() == ["\n\nUser:"]
-    for name in ("chatml", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "hf_template"):
+    for name in ("chatml", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "hf_template", "smollm2"):
         assert renderers[name].get_stop_sequences() == [ids("<|im_end|>")]
     assert renderers["llama3"].get_stop_sequences() == [ids("<|eot_id|>")]
 

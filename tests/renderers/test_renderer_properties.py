@@ -35,6 +35,7 @@ FEATURES: dict[str, tuple[bool, Tools]] = {
     "qwen3_instruct": (False, "xml"),
     "llama3": (False, "none"),
     "hf_template": (False, "none"),  # the test template renders role and content only
+    "smollm2": (True, "xml"),
 }
 
 PROPERTY_SETTINGS = settings(

@@ -7,8 +7,9 @@ runs it; flags may come before or after a subcommand such as ``dataset:arithmeti
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
 ``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
 ``tempering eval`` takes its flags from ``tempering.cli.eval.EvalCommandConfig``;
-``tempering tiny-model``, ``tempering serve``, ``tempering export`` and ``tempering checkpoints``
-(:mod:`tempering.cli.weights`) are plain ``argparse`` commands.
+``tempering tiny-model``, ``tempering serve``, ``tempering export``, ``tempering checkpoints``
+(:mod:`tempering.cli.weights`) and ``tempering models`` (:mod:`tempering.cli.models`) are plain
+``argparse`` commands.
 ``TEMPERING_DOCS_TEST=1`` caps every parsed config's budgets (steps, batch and eval sizes) for the
 test that runs the docs' commands (:mod:`tempering.cli._budgets`).
 """
@@ -155,7 +156,7 @@ def _train(command: str, argv: Sequence[str]) -> int:
     return 0
 
 
-_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers"})
+_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers", "gguf"})
 """The modules of the ``local`` extra (the in-process engine)."""
 
 
@@ -241,6 +242,9 @@ def _main(args_list: list[str]) -> int:
     from tempering.cli.view import add_commands as _add_view_commands
 
     _add_view_commands(sub)
+    from tempering.cli.models import add_commands as _add_model_commands
+
+    _add_model_commands(sub)
     args = parser.parse_args(args_list)
     result: int = args.func(args)
     return result

@@ -10,12 +10,18 @@ from __future__ import annotations
 __all__ = [
     "CheckpointExistsError",
     "CheckpointNotFoundError",
+    "ChecksumMismatchError",
+    "CorruptModelError",
     "DatumError",
     "IncompatibleCheckpointError",
     "LocalEngineError",
     "LossConfigError",
+    "ModelCacheError",
     "ModelLoadError",
+    "ModelNotAvailableError",
+    "RegistryUnreachableError",
     "UnknownLossError",
+    "UnsupportedGGUFError",
 ]
 
 
@@ -66,3 +72,27 @@ class IncompatibleCheckpointError(LocalEngineError, ValueError):
 
 class ModelLoadError(LocalEngineError, ValueError):
     """A base model name or directory that doesn't load as a causal language model."""
+
+
+class ModelCacheError(ModelLoadError):
+    """A model the cache (``$TEMPERING_HOME/models``) cannot provide; the message says what to do."""
+
+
+class CorruptModelError(ModelCacheError):
+    """A truncated or corrupted GGUF file, wheel or cached model directory (re-pull it)."""
+
+
+class ChecksumMismatchError(ModelCacheError):
+    """A file whose sha256 is not the one tempering expects for it."""
+
+
+class UnsupportedGGUFError(ModelCacheError):
+    """A GGUF file of an architecture or quantization type transformers cannot dequantize."""
+
+
+class RegistryUnreachableError(ModelCacheError):
+    """A pull that could not reach the package registry (place the file by hand: ``--from``)."""
+
+
+class ModelNotAvailableError(ModelCacheError):
+    """A base model name that is neither here nor reachable."""

@@ -26,8 +26,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from tempering.local._hf import GLOBAL_RNG_LOCK, quiet_progress
 from tempering.local.checkpoints import LoraMeta
-from tempering.local.errors import ModelLoadError
+from tempering.local.errors import ModelLoadError, ModelNotAvailableError
+from tempering.local.model_cache import resolve_cached
 from tempering.local.tiny import TINY_MODEL, tiny_model_dir
+from tempering.model_info import PACKAGED_MODELS
 
 __all__ = [
     "LORA_ALPHA",
@@ -89,16 +91,24 @@ def resolve_placement(
 
 
 def resolve_model_dir(base_model: str, root: Path) -> Path:
-    """The directory of ``base_model``: the tiny model (built once under ``root``) or a path."""
+    """The directory of ``base_model``: the tiny model (built once under ``root``), a model
+    directory, or what the model cache under ``root`` provides (a packaged model by its short or
+    hub name, pulled on first use; a ``.gguf`` file or a directory holding one, converted once;
+    :mod:`tempering.local.model_cache`)."""
     if base_model == TINY_MODEL:
         return tiny_model_dir(root)
     path = Path(base_model).expanduser()
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(
-            f"base model {base_model!r}: not {TINY_MODEL!r} and not a directory with a config.json "
-            "(the local engine loads Hugging Face models from local directories; it does not download)"
-        )
-    return path.resolve()
+    if (path / "config.json").is_file():
+        return path.resolve()
+    cached = resolve_cached(base_model, root)
+    if cached is not None:
+        return cached
+    raise ModelNotAvailableError(
+        f"base model {base_model!r}: not {TINY_MODEL!r}, not a directory with a config.json, not a "
+        f".gguf file and not a model tempering can pull ({', '.join(PACKAGED_MODELS)}; "
+        "docs/models.md). The local engine does not download other hub models: download one "
+        "(huggingface-cli download NAME --local-dir DIR) and give DIR as base_model"
+    )
 
 
 def load_base_model(model_dir: Path, placement: Placement, *, on_cpu: bool = False) -> PreTrainedModel:

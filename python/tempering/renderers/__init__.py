@@ -8,6 +8,7 @@ The registry holds every text renderer of the Tinker Cookbook 0.6.1's ``get_rend
 its name, token-identical to it (``role_colon``, ``llama3``, ``qwen3*``, ``qwen3_5*``,
 ``qwen3_8_*``, ``deepseekv3*``, ``deepseekv4_1*``, ``gpt_oss_*``, ``kimi_k2*``,
 ``nemotron3*``, ``glm5_3_*``), plus tempering's ``chatml`` (plain ChatML, for the local tiny
+model), ``smollm2`` (ChatML with SmolLM2's default system prompt, for the local engine's real
 model) and ``hf_template`` (any tokenizer's own chat template). Each family lives in its own
 module and is imported on first use. :data:`LEFT_OUT` names the cookbook renderers that are
 refused, and why. The table of formats is docs/renderers.md.
@@ -80,6 +81,7 @@ _FAMILY_MODULES: dict[str, tuple[str, ...]] = {
     "llama3": ("llama3",),
     "chatml": ("chatml", "qwen3", "qwen3_disable_thinking", "qwen3_instruct"),
     "hf_template": ("hf_template",),
+    "smollm2": ("smollm2",),
     "qwen3_5": (
         "qwen3_5",
         "qwen3_5_disable_thinking",
