@@ -42,6 +42,7 @@ from tempering.local.model import (
 from tempering.local.sampling import SamplerModel
 from tempering.local.tiny import TINY_MODEL
 from tempering.local.training import LocalTrainingClient, ModelSpec, TrainingMemory
+from tempering.model_info import packaged_model
 
 __all__ = ["LoadedBase", "LoraShape", "ModelLoader"]
 
@@ -95,7 +96,14 @@ class ModelLoader:
         return resolve_model_dir(base_model, self.store.root)
 
     def _name(self, base_model: str, model_dir: Path) -> str:
-        return base_model if base_model == TINY_MODEL else str(model_dir)
+        """The name checkpoints record: the tiny model's and a packaged model's own name (its
+        hub name), so that they survive a moved cache; else the resolved directory."""
+        if base_model == TINY_MODEL:
+            return base_model
+        packaged = packaged_model(base_model)
+        if packaged is not None:
+            return packaged.hub_name
+        return str(model_dir)
 
     def base(self, base_model: str) -> LoadedBase:
         """``base_model`` loaded once (on the calling thread) and kept, frozen."""
