@@ -247,6 +247,60 @@ def plain_dynamic_cache(cache: DynamicCache) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
+def sampling_logprobs(
+    raw_A_V: torch.Tensor,
+    temp_A_1: torch.Tensor,
+    top_k_A_1: torch.Tensor,
+    top_p_A_1: torch.Tensor,
+    scale: bool,
+    use_top_k: bool,
+    use_top_p: bool,
+) -> torch.Tensor:
+    """Log-probabilities of the distribution each row samples from: logits divided by the
+    row's temperature (``scale``; 1 for greedy rows), restricted to its top-k tokens and then to
+    its top-p nucleus, renormalised (see :mod:`tempering.local.sampling`). ``top_k`` is the
+    vocabulary size and ``top_p`` above 1 where a row sets none."""
+    scaled = raw_A_V / temp_A_1 if scale else raw_A_V
+    if use_top_k or use_top_p:
+        sorted_vals, sorted_idx = scaled.sort(dim=-1, descending=True)
+        if use_top_k:
+            ranks = torch.arange(scaled.shape[-1], device=scaled.device)
+            sorted_vals = sorted_vals.masked_fill(ranks.unsqueeze(0) >= top_k_A_1, -math.inf)
+        if use_top_p:
+            probs = torch.softmax(sorted_vals, dim=-1)
+            before = probs.cumsum(dim=-1) - probs
+            sorted_vals = sorted_vals.masked_fill(before >= top_p_A_1, -math.inf)
+        scaled = torch.full_like(scaled, -math.inf).scatter(-1, sorted_idx, sorted_vals)
+    return torch.log_softmax(scaled, dim=-1)
+
+
+def draw_tokens(
+    raw_A_V: torch.Tensor,
+    logp_A_V: torch.Tensor,
+    greedy_A: torch.Tensor,
+    u_A: torch.Tensor | None,
+    any_greedy: bool,
+    want_distribution: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Each row's next token, its logprob, and (``want_distribution``) the distribution that
+    logprob comes from. Greedy rows take the argmax and report the model's own logprob; the
+    others draw by inverse CDF from ``u_A`` (None: every row is greedy)."""
+    if u_A is None:
+        nxt = raw_A_V.argmax(dim=-1)
+    else:
+        nxt = draw_inverse_cdf(logp_A_V.exp(), u_A)
+        if any_greedy:
+            nxt = torch.where(greedy_A, raw_A_V.argmax(dim=-1), nxt)
+    token_lp = logp_A_V.gather(1, nxt.unsqueeze(1)).squeeze(1)
+    dist: torch.Tensor | None = logp_A_V if want_distribution else None
+    if any_greedy:
+        model_logp = torch.log_softmax(raw_A_V, dim=-1)
+        token_lp = torch.where(greedy_A, model_logp.gather(1, nxt.unsqueeze(1)).squeeze(1), token_lp)
+        if dist is not None:
+            dist = torch.where(greedy_A.unsqueeze(1), model_logp, logp_A_V)
+    return nxt, token_lp, dist
+
+
 def draw_inverse_cdf(probs_A_V: torch.Tensor, u_A: torch.Tensor) -> torch.Tensor:
     """For each row, the first token whose cumulative probability exceeds ``u * total``
     (``u`` uniform in [0, 1)): a draw from the row's distribution that needs one random number,
@@ -400,28 +454,16 @@ class Decoder:
 
         active = torch.arange(N, device=device)  # row index of each active row
         active_np = np.arange(N)
-        vocab = torch.arange(vocab_size, device=device)
         for t in range(tokens_N_T.shape[1]):
             # 1. The distribution each active row samples from.
             raw = logits
-            scaled = raw if uniform_temp and temp_R[0] in (0.0, 1.0) else raw / temp_col
-            if use_top_k or use_top_p:
-                sorted_vals, sorted_idx = scaled.sort(dim=-1, descending=True)
-                if use_top_k:
-                    sorted_vals = sorted_vals.masked_fill(vocab.unsqueeze(0) >= top_k_col, -math.inf)
-                if use_top_p:
-                    probs = torch.softmax(sorted_vals, dim=-1)
-                    before = probs.cumsum(dim=-1) - probs
-                    sorted_vals = sorted_vals.masked_fill(before >= top_p_col, -math.inf)
-                scaled = torch.full_like(scaled, -math.inf).scatter(-1, sorted_idx, sorted_vals)
-            logp = torch.log_softmax(scaled, dim=-1)
+            scale = not (uniform_temp and temp_R[0] in (0.0, 1.0))
+            logp = sampling_logprobs(raw, temp_col, top_k_col, top_p_col, scale, use_top_k, use_top_p)
 
             # 2. Draw: one uniform number per row from its request's own generator (over the
-            # request's contiguous active rows), then the token where the row's cumulative
-            # probability passes it (inverse CDF; one pass over the vocabulary for all rows).
-            if all_greedy:
-                nxt = raw.argmax(dim=-1)
-            else:
+            # request's contiguous active rows).
+            u_A: torch.Tensor | None = None
+            if not all_greedy:
                 if single:
                     u_A = torch.rand(len(active_np), generator=generators[0], device=device)
                 else:
@@ -431,19 +473,10 @@ class Decoder:
                         size = len(list(group))
                         parts.append(torch.rand(size, generator=generators[r], device=device))
                     u_A = torch.cat(parts)
-                nxt = draw_inverse_cdf(logp.exp(), u_A)
-                if any_greedy:
-                    nxt = torch.where(greedy_N, raw.argmax(dim=-1), nxt)
-            token_lp = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
-            if any_greedy:
-                raw_lp = torch.log_softmax(raw, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1)
-                token_lp = torch.where(greedy_N, raw_lp, token_lp)
+            nxt, token_lp, dist = draw_tokens(raw, logp, greedy_N, u_A, any_greedy, topk is not None)
             tokens_N_T[active, t] = nxt
             logprobs_N_T[active, t] = token_lp
-            if topk is not None:  # the distribution token_lp comes from (the model's for greedy rows)
-                dist = logp
-                if any_greedy:
-                    dist = torch.where(greedy_N.unsqueeze(1), torch.log_softmax(raw, dim=-1), logp)
+            if topk is not None and dist is not None:
                 topk.put(active, t, dist)
 
             # 3. Which rows stop here.
