@@ -163,3 +163,28 @@ def test_inverse_cdf_draws_follow_the_distribution() -> None:
     for row in probs:
         got = draw_inverse_cdf(row.expand(3, 5), edges)
         assert bool((row[got] > 0).all()), (row, got)
+
+
+def test_a_request_joins_a_running_batch_and_is_answered_when_its_rows_stop(
+    trainer: LocalTrainingClient,
+) -> None:
+    """Continuous batching: a short request that arrives while a long one decodes is answered
+    when its own rows stop (before the long one ends), with the tokens it gets alone."""
+    client = trainer.save_weights_and_get_sampling_client()
+    long_prompt = tinker.ModelInput.from_ints(list(range(40, 60)))
+    short_prompt = tinker.ModelInput.from_ints([258, 104, 105])
+    short_params = tinker.SamplingParams(max_tokens=6, seed=11, stop=[])
+    try:
+        alone = client.sample(short_prompt, 3, short_params).result()
+        long = client.sample(long_prompt, 4, tinker.SamplingParams(max_tokens=400, seed=1, stop=[]))
+        while not long.future().running():  # the long request is decoding
+            pass
+        short = client.sample(short_prompt, 3, short_params)
+        joined = short.result()
+        assert not long.future().done()
+        assert [s.tokens for s in joined.sequences] == [s.tokens for s in alone.sequences]
+        for a, b in zip(alone.sequences, joined.sequences, strict=True):
+            np.testing.assert_allclose(a.logprobs or [], b.logprobs or [], atol=1e-5)
+        assert all(len(s.tokens) == 400 for s in long.result().sequences)
+    finally:
+        client.close()

@@ -158,17 +158,28 @@ class StaticKV:
         first = caches[0].layers[0]
         assert isinstance(first, DynamicLayer)
         assert first.keys is not None
-        device, dtype = first.keys.device, first.keys.dtype
+        self.device, self.dtype = first.keys.device, first.keys.dtype
         self.num_kv_heads = int(first.keys.shape[1])
-        n = int(rows_N.shape[0])
-        longest = max(prompt_lengths)
-        self.capacity = longest + max(1, min(reserve, 256))
-        shape = (n, self.num_kv_heads, self.capacity, self.head_dim)
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
+        self.capacity = max(prompt_lengths) + max(1, min(reserve, 256))
+        self.positions = torch.arange(self.capacity, device=self.device)
+        self.k, self.v = self._slots(caches, prompt_lengths, rows_N)
+        lengths = torch.tensor(list(prompt_lengths), device=self.device, dtype=torch.long)
+        self.length_A = lengths.index_select(0, rows_N)
+        """Tokens in each active row's cache (the position the next token takes)."""
+        self.slot_A = torch.arange(int(rows_N.shape[0]), device=self.device)
+        self.all_slots = True
+        """Whether the active rows are exactly the slots, in order (no gather needed)."""
+
+    def _slots(
+        self, caches: Sequence[DynamicCache], prompt_lengths: Sequence[int], rows_N: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """New slots ``[N, H_kv, C, D]`` per layer holding each row's prompt cache."""
+        shape = (int(rows_N.shape[0]), self.num_kv_heads, self.capacity, self.head_dim)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
         for layer in range(len(self.layers)):
-            k_S = torch.zeros(shape, device=device, dtype=dtype)
-            v_S = torch.zeros(shape, device=device, dtype=dtype)
+            k_S = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            v_S = torch.zeros(shape, device=self.device, dtype=self.dtype)
             for p, (cache, length) in enumerate(zip(caches, prompt_lengths, strict=True)):
                 entry = cache.layers[layer]
                 assert isinstance(entry, DynamicLayer)
@@ -178,15 +189,41 @@ class StaticKV:
                 # entry.keys: [1, H_kv, P, D] -> the rows' slots [r, H_kv, :P, D]
                 k_S[rows, :, :length] = entry.keys[0]
                 v_S[rows, :, :length] = entry.values[0]
-            self.k.append(k_S)
-            self.v.append(v_S)
-        lengths = torch.tensor(list(prompt_lengths), device=device, dtype=torch.long)
-        self.length_A = lengths.index_select(0, rows_N)
-        """Tokens in each active row's cache (the position the next token takes)."""
-        self.slot_A = torch.arange(n, device=device)
+            keys.append(k_S)
+            values.append(v_S)
+        return keys, values
+
+    def add(
+        self,
+        caches: Sequence[DynamicCache],
+        prompt_lengths: Sequence[int],
+        rows_N: torch.Tensor,
+        *,
+        reserve: int,
+    ) -> None:
+        """Append rows (after the active ones) for prompts prefilled while others decode
+        (continuous batching): the slots are compacted to the active rows first."""
+        needed = max(prompt_lengths) + max(1, min(reserve, 256))
+        if needed > self.capacity:
+            self._grow(needed)
+        self._compact()
+        new_k, new_v = self._slots(caches, prompt_lengths, rows_N)
+        for cache, new in ((self.k, new_k), (self.v, new_v)):
+            for i, c in enumerate(cache):
+                cache[i] = torch.cat([c, new[i]])
+        lengths = torch.tensor(list(prompt_lengths), device=self.device, dtype=torch.long)
+        self.length_A = torch.cat([self.length_A, lengths.index_select(0, rows_N)])
+        self.slot_A = torch.arange(int(self.length_A.shape[0]), device=self.device)
         self.all_slots = True
-        """Whether the active rows are exactly the slots, in order (no gather needed)."""
-        self.positions = torch.arange(self.capacity, device=device)
+
+    def _compact(self) -> None:
+        if self.all_slots and self.slot_A.shape[0] == self.k[0].shape[0]:
+            return
+        for cache in (self.k, self.v):
+            for i, c in enumerate(cache):
+                cache[i] = c.index_select(0, self.slot_A)
+        self.slot_A = torch.arange(self.slot_A.shape[0], device=self.slot_A.device)
+        self.all_slots = True
 
     def keep(self, keep_A: torch.Tensor) -> None:
         """Keep only the active rows ``keep_A`` (indices into the current active rows)."""
@@ -194,11 +231,8 @@ class StaticKV:
         self.length_A = self.length_A.index_select(0, keep_A)
         slots = self.k[0].shape[0]
         if self.slot_A.shape[0] < COMPACT_BELOW * slots:
-            for cache in (self.k, self.v):
-                for i, c in enumerate(cache):
-                    cache[i] = c.index_select(0, self.slot_A)
-            self.slot_A = torch.arange(self.slot_A.shape[0], device=self.slot_A.device)
-            self.all_slots = True
+            self.all_slots = False
+            self._compact()
         else:
             self.all_slots = False
 

@@ -35,6 +35,7 @@ import torch
 from tinker import types as ttypes
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from tempering.local.continuous import ContinuousBatch, continuous_batching_applies
 from tempering.local.decoding import (
     MAX_BATCH_ROWS,
     Decoder,
@@ -87,8 +88,19 @@ class _SamplerState:
             self.pending.extend(made)
 
     def drain(self) -> None:
-        """Run every pending request, coalescing as many as fit in one batch."""
+        """Run every pending request, coalescing as many as fit in one batch (with static
+        decoding: continuously, requests joining the running batch between steps)."""
         self.make_pending()
+        with self.lock:
+            if not self.pending:
+                return
+        try:
+            sampler = self.model.result()
+        except BaseException:
+            sampler = None
+        if sampler is not None and continuous_batching_applies(sampler):
+            self._run_continuously(sampler)
+            return
         while True:
             with self.lock:
                 if not self.pending:
@@ -99,6 +111,39 @@ class _SamplerState:
                     rows += self.pending[0].num_samples
                     batch.append(self.pending.popleft())
             self._run(batch)
+
+    def _run_continuously(self, sampler: SamplerModel) -> None:
+        """Decode until no request is pending or running; requests that arrive meanwhile join
+        between steps (:mod:`tempering.local.continuous`)."""
+        batch = ContinuousBatch(sampler)
+        with torch.inference_mode():
+            while True:
+                self.make_pending()
+                joining: list[SampleRequest] = []
+                with self.lock:
+                    room = batch.room()
+                    while self.pending and (
+                        self.pending[0].num_samples <= room or not (batch.rows or joining)
+                    ):
+                        room -= self.pending[0].num_samples
+                        joining.append(self.pending.popleft())
+                try:
+                    if joining:
+                        batch.admit(joining)
+                    if not batch.rows:
+                        with self.lock:
+                            if not self.pending:
+                                return
+                        continue
+                    batch.step()
+                except BaseException as exc:
+                    batch.fail(exc)
+                    for r in joining:
+                        if not r.result.done():
+                            r.result.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    batch = ContinuousBatch(sampler)
 
     def _run(self, batch: list[SampleRequest]) -> None:
         live = [r for r in batch if r.result.set_running_or_notify_cancel()]
