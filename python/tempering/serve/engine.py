@@ -71,7 +71,12 @@ from tempering.serve.state import (
     to_local_path,
     to_tinker_path,
 )
-from tempering.serve.wire import ForwardBackwardCall, WireError, encode_sample_response
+from tempering.serve.wire import (
+    ForwardBackwardCall,
+    WireError,
+    check_sparse_inputs,
+    encode_sample_response,
+)
 
 __all__ = [
     "DEFAULT_SESSION_TTL_S",
@@ -348,6 +353,7 @@ class Engine:
     # ---- training requests ---------------------------------------------------------------------
 
     def forward_backward(self, call: ForwardBackwardCall) -> str:
+        check_sparse_inputs(call.message)
         return self.submit_ordered(call.model_id, call.seq_id, forward_backward_job(call))
 
     def optim_step(self, request: ttypes.OptimStepRequest) -> str:

@@ -26,6 +26,7 @@ from tempering.local.scores import dense_from_csr
 __all__ = [
     "ForwardBackwardCall",
     "WireError",
+    "check_sparse_inputs",
     "decode_forward_backward",
     "encode_forward_backward_output",
     "encode_sample_response",
@@ -74,10 +75,6 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
             config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
     elif message.loss_fn_config:
         config = {key: float(v) for key, v in message.loss_fn_config.items()}
-    for d, datum in enumerate(message.data):  # a malformed sparse tensor is refused now (400)
-        for name, tensor in datum.loss_fn_inputs.items():
-            if tensor.WhichOneof("encoding") == "sparse_csr":
-                _tensor(tensor, f"forward_backward: datum {d}, field {name!r}")
     return ForwardBackwardCall(
         model_id=message.model_id,
         seq_id=int(message.seq_id),
@@ -86,6 +83,15 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
         forward_only=bool(message.forward_only),
         message=message,
     )
+
+
+def check_sparse_inputs(message: pb.ForwardBackwardRequest) -> None:
+    """Raise :class:`WireError` for a malformed sparse CSR loss input (so that it is refused
+    with a 400 before the request is queued, rather than failing on the model's queue)."""
+    for d, datum in enumerate(message.data):
+        for name, tensor in datum.loss_fn_inputs.items():
+            if tensor.WhichOneof("encoding") == "sparse_csr":
+                _tensor(tensor, f"forward_backward: datum {d}, field {name!r}")
 
 
 def _tensor(msg: pb.Tensor, where: str) -> tinker.TensorData:
