@@ -121,6 +121,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not (args.smollm2 / "config.json").is_file():
             raise SystemExit(f"gpu_check: --smollm2 {args.smollm2}: no config.json there")
         models.append(("smollm2-135m", str(args.smollm2)))
+    for _, spec in models:
+        if (
+            spec not in QWEN3_MODELS
+            and spec != "tempering/tiny"
+            and not (Path(spec) / "config.json").is_file()
+        ):
+            raise SystemExit(
+                f"gpu_check: --model {spec!r} is none of {[*QWEN3_MODELS, 'tempering/tiny']} "
+                "and not a directory with a config.json"
+            )
 
     from transformers.utils import logging as hf_logging
 
@@ -170,11 +180,6 @@ def resolve_model(spec: str, scratch: Path) -> str:
     """The ``base_model`` string for ``spec``: a built random Qwen3's directory, or as given."""
     if spec in QWEN3_MODELS:
         return str(es.build_qwen3(scratch / spec, QWEN3_MODELS[spec]))
-    if spec != "tempering/tiny" and not (Path(spec) / "config.json").is_file():
-        raise SystemExit(
-            f"gpu_check: --model {spec!r} is none of {[*QWEN3_MODELS, 'tempering/tiny']} "
-            "and not a directory with a config.json"
-        )
     return spec
 
 
