@@ -288,7 +288,10 @@ def load_hf(model_dir: Path, device: torch.device, dtype: torch.dtype) -> torch.
     """The model in ``model_dir`` as transformers loads it, in ``dtype`` on ``device``, eval mode."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    from tempering.local._hf import quiet_progress
+
+    with quiet_progress():
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     torch.nn.Module.to(model, device)
     model.eval()
     return model
