@@ -96,6 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a test on the CPU")
     parser.add_argument("--batches", type=int, nargs="+", default=None, help="sampling batch sizes")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per measurement")
+    parser.add_argument("--train-batch", type=int, default=None, help="training sequences per step")
+    parser.add_argument("--train-seq-len", type=int, default=None, help="tokens per training sequence")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     parser.add_argument(
         "--skip", nargs="*", default=[], choices=["generate", "training", "gap"], help="phases to leave out"
@@ -114,6 +116,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sizes = dataclasses.replace(sizes, batches=tuple(args.batches))
     if args.rounds:
         sizes = dataclasses.replace(sizes, rounds=args.rounds)
+    if args.train_batch:
+        sizes = dataclasses.replace(sizes, train_batch=args.train_batch)
+    if args.train_seq_len:
+        sizes = dataclasses.replace(sizes, train_seq_len=args.train_seq_len)
     if args.threads:
         torch.set_num_threads(args.threads)
     models: list[tuple[str, str]] = [(m, m) for m in (args.model or ["qwen3-0.6b-random"])]

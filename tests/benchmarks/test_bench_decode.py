@@ -8,8 +8,8 @@ SmolLM2-135M-Instruct) when it exists, else the built-in tiny model. Dtype:
 ``$TEMPERING_BENCH_DTYPE`` (default float32). Threads: torch's default (``$TEMPERING_NUM_THREADS``
 to set them). Rounds: ``$TEMPERING_BENCH_ROUNDS`` (default 3, after one warm-up round each).
 
-Recorded in ``extra_info`` (``--benchmark-json``) and printed: tokens/s of both (median round),
-their ratio, the machine's matmul peak in float32 and bfloat16 (a 2048 × 2048 product, best
+Recorded in ``extra_info`` (``--benchmark-json``) and printed: tokens/s of both (median round;
+also the best round, and every round's seconds), their ratio, the machine's matmul peak in float32 and bfloat16 (a 2048 × 2048 product, best
 round) and the fraction of the peak (in the dtype used) that each side's decoding reaches, at
 ``engine_scale.ModelShape.decode_flops`` per decoded token. Runs under ``make bench`` only
 (skipped under plain pytest: a round takes about half a minute with the 135M model); the same
@@ -89,6 +89,10 @@ def test_decode_engine_vs_generate(benchmark: BenchmarkFixture, service: Service
         "engine_tokens_per_s": engine.tokens_per_s,
         "generate_tokens_per_s": generate.tokens_per_s,
         "engine_over_generate": engine.tokens_per_s / generate.tokens_per_s,
+        "engine_tokens_per_s_best": tokens / engine.best,
+        "generate_tokens_per_s_best": tokens / generate.best,
+        "engine_seconds": list(engine.seconds),
+        "generate_seconds": list(generate.seconds),
         "matmul_peak_flops_float32": peaks["float32"],
         "matmul_peak_flops_bfloat16": peaks["bfloat16"],
         "decode_flops_per_token": flops,
