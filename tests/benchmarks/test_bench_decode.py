@@ -9,11 +9,12 @@ SmolLM2-135M-Instruct) when it exists, else the built-in tiny model. Dtype:
 to set them). Rounds: ``$TEMPERING_BENCH_ROUNDS`` (default 3, after one warm-up round each).
 
 Recorded in ``extra_info`` (``--benchmark-json``) and printed: tokens/s of both (median round;
-also the best round, and every round's seconds), their ratio, the machine's matmul peak in float32 and bfloat16 (a 2048 × 2048 product, best
-round) and the fraction of the peak (in the dtype used) that each side's decoding reaches, at
-``engine_scale.ModelShape.decode_flops`` per decoded token. Runs under ``make bench`` only
-(skipped under plain pytest: a round takes about half a minute with the 135M model); the same
-code runs at small sizes in tests/benchmarks/test_gpu_check.py.
+also the best round, and every round's seconds), their ratio, the machine's matmul peak in
+float32 and bfloat16 (a 2048 × 2048 product, best round) and the fraction of the peak (in the
+dtype used) that each side's decoding reaches, at ``engine_scale.ModelShape.decode_flops`` per
+decoded token. Runs under ``make bench`` only (skipped under plain pytest: a round takes half a
+minute or more with the 135M model); the same code runs at small sizes in
+tests/benchmarks/test_gpu_check.py.
 """
 
 from __future__ import annotations
