@@ -172,7 +172,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry["shape"] = shape.__dict__
             write(out_path, results)
             run_model(
-                entry, model, model_dir, shape, service, sizes, device, dtype_name, peak, args.skip, scratch
+                entry,
+                model,
+                model_dir,
+                shape,
+                service,
+                sizes,
+                device,
+                dtype_name,
+                peak,
+                args.skip,
+                scratch,
+                save=lambda: write(out_path, results),
             )
             write(out_path, results)
         service.close()
@@ -201,7 +212,10 @@ def run_model(
     peak: float,
     skip: list[str],
     scratch: Path,
+    *,
+    save: Callable[[], None],
 ) -> None:
+    """Measure ``model`` into ``entry``, calling ``save`` after every phase."""
     from tempering.local import ServiceClient
 
     dtype = es.DTYPES[dtype_name]
@@ -227,6 +241,7 @@ def run_model(
                 sampler.close()
 
         row["engine"] = phase(engine, device)
+        save()
         if "generate" not in skip:
 
             def generate(prompts: list[list[int]] = prompts) -> dict[str, Any]:
@@ -239,6 +254,7 @@ def run_model(
                     del hf
 
             row["generate"] = phase(generate, device)
+            save()
         for side in ("engine", "generate"):
             tps = row.get(side, {}).get("tokens_per_s")
             if tps is not None:
@@ -265,6 +281,7 @@ def run_model(
         if "tokens_per_s" in result:
             result["mfu"] = result["tokens_per_s"] * flops / peak
         entry["training"] = result
+        save()
 
     if "gap" not in skip:
         entry["logprob_gap"] = {}
@@ -287,6 +304,7 @@ def run_model(
                     gap_service.close()
 
             entry["logprob_gap"][gap_dtype] = phase(gap, device)
+            save()
 
 
 def phase(run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, Any]:
