@@ -16,13 +16,14 @@ RUST_SRC := Cargo.toml $(wildcard Cargo.lock) $(shell find rust -name '*.rs' -o 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install build models test test-rust test-python typecheck lint stubtest bench demo wheels check-wheels fmt clean test-browser lock
+.PHONY: help install build models test test-rust test-python typecheck lint stubtest bench gpu-check demo wheels check-wheels fmt clean test-browser lock
 
 help:
 	@echo "make demo   - run the main job on the local engine (installs what is missing)"
 	@echo "make test   - cargo test, pytest, pyright strict, ruff, clippy, stubtest"
 	@echo "make models - pull the real model (SmolLM2-135M-Instruct) into ~/.cache/tempering (make test/demo do)"
 	@echo "make bench  - benchmarks (pytest-benchmark)"
+	@echo "make gpu-check - the local engine at real sizes on CUDA (SMOLLM2=DIR adds the 135M model; docs/benchmarks.md)"
 	@echo "make test-browser - tempering view's page in headless Chromium (installs Debian's chromium if missing)"
 	@echo "make lock   - upgrade the dependencies within pyproject's ranges and record them in constraints.txt"
 	@echo "make wheels - build manylinux2014 wheels for tempering and tempering-protocols into target/wheels"
@@ -106,6 +107,17 @@ test-browser: build
 
 bench: build
 	$(PY) -m pytest tests/benchmarks -q --benchmark-enable --benchmark-only --benchmark-columns=min,median,mean,max,rounds
+
+# The GPU check (docs/benchmarks.md, "Engine at scale"): sampling and training throughput, peak
+# memory and the sampler/trainer logprob gap of a Qwen3-0.6B-shaped model (and SmolLM2-135M with
+# SMOLLM2=DIR) on CUDA. No build step: it runs on a GPU machine without the full install (with
+# .venv's Python when there is one, else python3; what it needs is in the script's docstring).
+GPU_CHECK_OUT ?= target/gpu-check.json
+GPU_CHECK_ARGS ?=
+gpu-check:
+	@test -f $(EXT) || { echo "gpu-check: $(EXT) is missing (make build, or copy an abi3 build here)" >&2; exit 1; }
+	PYTHONPATH=python:protocols $(if $(wildcard $(PY)),$(PY),python3) tests/benchmarks/gpu_check.py \
+	  --out $(GPU_CHECK_OUT) $(if $(SMOLLM2),--smollm2 $(SMOLLM2)) $(GPU_CHECK_ARGS)
 
 demo: build models
 	$(PY) -m tempering.cli demo
