@@ -18,6 +18,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from tempering.local import LocalSamplingClient, LocalTrainingClient, ServiceClient
 from tempering.local.checkpoints import CheckpointStore
+from tempering.local.continuous import length_groups
 from tempering.local.decoding import draw_inverse_cdf
 from tempering.local.fastdecode import supports_static_decoding
 from tempering.local.loader import ModelLoader
@@ -188,3 +189,13 @@ def test_a_request_joins_a_running_batch_and_is_answered_when_its_rows_stop(
         assert all(len(s.tokens) == 400 for s in long.result().sequences)
     finally:
         client.close()
+
+
+def test_prompts_are_prefilled_in_groups_of_similar_length() -> None:
+    lengths = [5, 100, 6, 98, 5, 7, 300]
+    groups = length_groups(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        longest = max(lengths[i] for i in group)
+        assert longest * len(group) <= 1.25 * sum(lengths[i] for i in group) or len(group) == 1
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[5, 5, 6, 7], [98, 100], [300]]

@@ -33,10 +33,9 @@ from tempering.local.decoding import (
     SamplerModel,
     draw_tokens,
     plain_dynamic_cache,
-    prefill,
     sampling_logprobs,
 )
-from tempering.local.fastdecode import StaticKV, supports_static_decoding
+from tempering.local.fastdecode import StaticKV, prefill_batch, supports_static_decoding
 from tempering.local.scores import PromptScores, topk_of
 
 __all__ = ["ContinuousBatch", "continuous_batching_applies"]
@@ -50,7 +49,30 @@ def continuous_batching_applies(sampler: SamplerModel) -> bool:
     return plain_dynamic_cache(cache) if cache.layers else True
 
 
-@dataclass
+PADDING_WASTE = 0.25
+"""Prompts prefilled together pad to the longest; a group's padding stays under this share."""
+
+
+def length_groups(lengths: list[int]) -> list[list[int]]:
+    """Indices of prompts to prefill together: sorted by length, a group closes when padding
+    to its longest would waste more than :data:`PADDING_WASTE` of its tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i in order:
+        longest = lengths[i]  # sorted: the newest is the longest
+        if current and longest * (len(current) + 1) > (1 + PADDING_WASTE) * (total + lengths[i]):
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += lengths[i]
+    if current:
+        groups.append(current)
+    return groups
+
+
+@dataclass(eq=False)
 class _Live:
     """A request being decoded: its generator and what its rows have produced so far."""
 
@@ -149,19 +171,27 @@ class ContinuousBatch:
 
     def admit(self, requests: list[SampleRequest]) -> None:
         """Prefill ``requests`` and append their rows (a request whose result was cancelled is
-        skipped; one with ``max_tokens=0`` is answered at once)."""
+        skipped; one with ``max_tokens=0`` is answered at once). Prompts are prefilled
+        together, in groups of similar length (:func:`length_groups`)."""
+        live = [r for r in requests if r.result.set_running_or_notify_cancel()]
+        for group in length_groups([len(r.prompt) for r in live]):
+            self._admit_group([live[i] for i in group])
+
+    def _admit_group(self, requests: list[SampleRequest]) -> None:
         sampler, device = self.sampler, self.device
-        caches: list[DynamicCache] = []
-        lengths: list[int] = []
-        counts: list[int] = []
-        last: list[torch.Tensor] = []
+        wants_all = {i for i, r in enumerate(requests) if r.prompt_logprobs or r.extras.needs_prompt_logits}
+        try:
+            prompts = prefill_batch(sampler.model, [r.prompt for r in requests], wants_all)
+        except Exception as exc:
+            for r in requests:
+                r.result.set_exception(exc)
+            return
         joined: list[_Live] = []
-        for req in requests:
-            if not req.result.set_running_or_notify_cancel():
-                continue
+        counts: list[int] = []
+        kept: list[int] = []
+        for b, req in enumerate(requests):
             try:
-                all_logits = req.prompt_logprobs or req.extras.needs_prompt_logits
-                cache, logits = prefill(sampler.model, req.prompt, device, all_logits)
+                logits = prompts.all_logits.get(b, prompts.last_logits[b : b + 1])
                 scores = PromptScores.of(req.prompt, logits, req.prompt_logprobs, req.extras)
             except Exception as exc:
                 req.result.set_exception(exc)
@@ -170,7 +200,7 @@ class ContinuousBatch:
             live = _Live(
                 request=req,
                 scores=scores,
-                generator=torch.Generator(device=device).manual_seed(req.seed),
+                generator=torch.Generator().manual_seed(req.seed),
                 tokens=[[] for _ in range(n)],
                 logprobs=[[] for _ in range(n)],
                 topk_ids=[[] for _ in range(n)],
@@ -182,22 +212,18 @@ class ContinuousBatch:
             if req.max_tokens == 0:
                 self._answer(live)
                 continue
-            caches.append(cache)
-            lengths.append(len(req.prompt))
-            counts.append(n)
-            last.append(logits[-1])
             joined.append(live)
+            counts.append(n)
+            kept.append(b)
         if not joined:
             return
-        rows_N = torch.repeat_interleave(
-            torch.arange(len(joined), device=device), torch.tensor(counts, device=device)
-        )
+        prompt_N = torch.repeat_interleave(torch.tensor(kept), torch.tensor(counts)).to(device)
         reserve = max(live.request.max_tokens for live in joined)
         if self.kv is None:
-            self.kv = StaticKV(sampler.model, caches, lengths, rows_N, reserve=reserve)
+            self.kv = StaticKV(sampler.model, prompts, prompt_N, reserve=reserve)
         else:
-            self.kv.add(caches, lengths, rows_N, reserve=reserve)
-        logits = torch.stack(last).index_select(0, rows_N)
+            self.kv.add(prompts, prompt_N, reserve=reserve)
+        logits = prompts.last_logits.index_select(0, prompt_N)
         self.logits = logits if self.logits is None else torch.cat([self.logits, logits])
         new = self._rows(joined, counts, int(logits.shape[-1]))
         self.state = new if self.state is None else self.state.extend(new)
@@ -239,37 +265,43 @@ class ContinuousBatch:
         assert state is not None
         assert raw is not None
         assert kv is not None
+        # What the rows ask for, read from their requests (no device round trip).
+        reqs = [live.request for live in dict.fromkeys(state.owner)]
         vocab_size = raw.shape[-1]
-        temps = state.temp.squeeze(1)
-        scale = bool((temps != 1.0).any())
-        use_top_k = bool((state.top_k < vocab_size).any())
-        use_top_p = bool((state.top_p < 1).any())
+        scale = any(r.temperature not in (0.0, 1.0) for r in reqs)
+        use_top_k = any(0 < r.top_k < vocab_size for r in reqs)
+        use_top_p = any(r.top_p < 1 for r in reqs)
+        any_greedy = any(r.temperature == 0 for r in reqs)
         logp = sampling_logprobs(raw, state.temp, state.top_k, state.top_p, scale, use_top_k, use_top_p)
-        any_greedy = bool(state.greedy.any())
         u_A: torch.Tensor | None = None
-        if not bool(state.greedy.all()):
+        if not all(r.temperature == 0 for r in reqs):
+            # Each request's contiguous rows draw from its own (CPU) generator; one copy over.
             parts: list[torch.Tensor] = []
             start = 0
-            while start < len(state.owner):  # each request's contiguous rows, its own generator
+            while start < len(state.owner):
                 owner, end = state.owner[start], start
                 while end < len(state.owner) and state.owner[end] is owner:
                     end += 1
-                parts.append(torch.rand(end - start, generator=owner.generator, device=self.device))
+                parts.append(torch.rand(end - start, generator=owner.generator))
                 start = end
-            u_A = torch.cat(parts)
-        width = max(live.request.extras.topk_sample for live in state.owner)
+            u_A = torch.cat(parts).to(self.device, non_blocking=True)
+        width = max(r.extras.topk_sample for r in reqs)
         nxt, token_lp, dist = draw_tokens(raw, logp, state.greedy, u_A, any_greedy, width > 0)
         state.made = state.made + 1
 
         hit_stop = (nxt.unsqueeze(1) == state.stop).any(dim=1)
         at_limit = state.made >= state.max_tokens
-        tokens_A, lps_A = nxt.tolist(), token_lp.tolist()
+        # One transfer to the host per step: tokens, stop flags and logprobs.
+        host = (
+            torch.stack([nxt.double(), hit_stop.double(), at_limit.double(), token_lp.double()]).cpu().numpy()
+        )
+        tokens_A, lps_A = host[0].astype(np.int64).tolist(), host[3].tolist()
+        stop_np = host[1] > 0
+        done_np = stop_np | (host[2] > 0)
         topk = None
         if dist is not None:
             ids, lps = topk_of(dist, width)
             topk = ids.cpu().numpy(), lps.cpu().numpy()
-        stop_np = hit_stop.cpu().numpy()
-        done_np = stop_np | at_limit.cpu().numpy()
         for a, (live, i) in enumerate(zip(state.owner, state.sample, strict=True)):
             live.tokens[i].append(int(tokens_A[a]))
             live.logprobs[i].append(float(lps_A[a]))

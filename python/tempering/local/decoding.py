@@ -25,7 +25,6 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
-from tempering.local.fastdecode import StaticKV, supports_static_decoding
 from tempering.local.model import Placement
 from tempering.local.scores import (
     PromptScores,
@@ -405,14 +404,9 @@ class Decoder:
         rows_R = torch.from_numpy(req_N).to(device)
         prompt_lengths = [len(r.prompt) for r in requests]
         single = R == 1
-        static: StaticKV | None = None
         attention: torch.Tensor | None = None
         positions: torch.Tensor | None = None
-        if supports_static_decoding(model) and all(plain_dynamic_cache(c) for c in caches):
-            reserve = max(r.max_tokens for r in requests)
-            static = StaticKV(model, caches, prompt_lengths, rows_R, reserve=reserve)
-            cache = DynamicCache()  # unused: the static cache holds the keys and values
-        elif single:
+        if single:
             cache = caches[0]
             cache.batch_repeat_interleave(N)
         else:
@@ -496,10 +490,7 @@ class Decoder:
                     return
                 keep_np = np.flatnonzero(~done_np)
                 keep = torch.from_numpy(keep_np).to(device)
-                if static is not None:
-                    static.keep(keep)
-                else:
-                    cache.batch_select_indices(keep)
+                cache.batch_select_indices(keep)
                 active, active_np = active.index_select(0, keep), active_np[keep_np]
                 nxt = nxt.index_select(0, keep)
                 greedy_N, temp_col = greedy_N.index_select(0, keep), temp_col.index_select(0, keep)
@@ -509,9 +500,6 @@ class Decoder:
                     attention, positions = attention.index_select(0, keep), positions.index_select(0, keep)
 
             # 4. Feed the drawn tokens.
-            if static is not None:
-                logits = static.step(nxt)
-                continue
             if attention is not None and positions is not None:
                 attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
                 out = model(

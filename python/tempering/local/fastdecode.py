@@ -34,6 +34,8 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from tempering.local.decoding import cache_kwargs
+
 __all__ = ["ARCHITECTURES", "StaticKV", "supports_static_decoding"]
 
 ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
@@ -74,6 +76,51 @@ def supports_static_decoding(model: nn.Module) -> bool:
         hasattr(layer, "self_attn") and hasattr(layer, "mlp") and hasattr(layer, "input_layernorm")
         for layer in layers
     )
+
+
+@dataclass(frozen=True)
+class PromptCache:
+    """Prompts prefilled together: per layer keys and values ``[B, H_kv, P, D]`` (right-padded
+    to the longest, ``P``), each prompt's length, its last position's logits ``[B, V]`` (float32)
+    and, for the prompts that asked, the logits of every position (``[len, V]``)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    lengths: torch.Tensor
+    last_logits: torch.Tensor
+    all_logits: dict[int, torch.Tensor]
+
+
+def prefill_batch(model: nn.Module, prompts: Sequence[list[int]], all_logits: set[int]) -> PromptCache:
+    """Run the prompts through the model in one forward pass, right-padded (a causal model's
+    positions before the padding are those of the prompt alone). Only the positions needed are
+    unembedded: each prompt's last, and every position of the prompts in ``all_logits``."""
+    inner = _inner(model)
+    body = _module(inner, "model")
+    unembed = getattr(inner, "get_output_embeddings", lambda: None)()
+    assert isinstance(unembed, nn.Module)
+    device = next(iter(model.parameters())).device
+    lengths = [len(p) for p in prompts]
+    width = max(lengths)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+    cache = DynamicCache()
+    out = body(input_ids=ids.to(device), **cache_kwargs(body, cache), use_cache=True)
+    hidden_B_P_H = out.last_hidden_state
+    lengths_B = torch.tensor(lengths, device=device)
+    last_B_H = hidden_B_P_H[torch.arange(len(prompts), device=device), lengths_B - 1]
+    last_logits = unembed(last_B_H).float()
+    full = {b: unembed(hidden_B_P_H[b, : lengths[b]]).float() for b in sorted(all_logits)}
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    for layer in cache.layers:
+        assert isinstance(layer, DynamicLayer)
+        assert layer.keys is not None
+        assert layer.values is not None
+        keys.append(layer.keys)
+        values.append(layer.values)
+    return PromptCache(keys, values, lengths_B, last_logits, full)
 
 
 def _module(owner: object, name: str) -> nn.Module:
@@ -133,8 +180,7 @@ class StaticKV:
     def __init__(
         self,
         model: nn.Module,
-        caches: Sequence[DynamicCache],
-        prompt_lengths: Sequence[int],
+        prompts: PromptCache,
         rows_N: torch.Tensor,
         *,
         reserve: int,
@@ -155,64 +201,48 @@ class StaticKV:
         hidden = int(getattr(config, "hidden_size", 0))
         self.head_dim = int(getattr(config, "head_dim", None) or hidden // self.num_heads)
         self.layers = [_Layer.of(layer, self.head_dim) for layer in layers]
-        first = caches[0].layers[0]
-        assert isinstance(first, DynamicLayer)
-        assert first.keys is not None
-        self.device, self.dtype = first.keys.device, first.keys.dtype
-        self.num_kv_heads = int(first.keys.shape[1])
-        self.capacity = max(prompt_lengths) + max(1, min(reserve, 256))
+        self.device, self.dtype = prompts.keys[0].device, prompts.keys[0].dtype
+        self.num_kv_heads = int(prompts.keys[0].shape[1])
+        self.capacity = int(prompts.lengths.max()) + max(1, min(reserve, 256))
         self.positions = torch.arange(self.capacity, device=self.device)
-        self.k, self.v = self._slots(caches, prompt_lengths, rows_N)
-        lengths = torch.tensor(list(prompt_lengths), device=self.device, dtype=torch.long)
-        self.length_A = lengths.index_select(0, rows_N)
+        self.k, self.v = self._slots(prompts, rows_N)
+        self.length_A = prompts.lengths.index_select(0, rows_N)
         """Tokens in each active row's cache (the position the next token takes)."""
         self.slot_A = torch.arange(int(rows_N.shape[0]), device=self.device)
         self.all_slots = True
         """Whether the active rows are exactly the slots, in order (no gather needed)."""
 
     def _slots(
-        self, caches: Sequence[DynamicCache], prompt_lengths: Sequence[int], rows_N: torch.Tensor
+        self, prompts: PromptCache, rows_N: torch.Tensor
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """New slots ``[N, H_kv, C, D]`` per layer holding each row's prompt cache."""
+        """New slots ``[N, H_kv, C, D]`` per layer holding each row's prompt keys and values
+        (row ``n`` gets prompt ``rows_N[n]``'s; positions past a prompt's length hold padding,
+        which attention never reads: a row attends to positions up to its own)."""
         shape = (int(rows_N.shape[0]), self.num_kv_heads, self.capacity, self.head_dim)
+        width = int(prompts.keys[0].shape[2])
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
-        for layer in range(len(self.layers)):
+        for k_B, v_B in zip(prompts.keys, prompts.values, strict=True):
             k_S = torch.zeros(shape, device=self.device, dtype=self.dtype)
             v_S = torch.zeros(shape, device=self.device, dtype=self.dtype)
-            for p, (cache, length) in enumerate(zip(caches, prompt_lengths, strict=True)):
-                entry = cache.layers[layer]
-                assert isinstance(entry, DynamicLayer)
-                assert entry.keys is not None
-                assert entry.values is not None
-                rows = (rows_N == p).nonzero().squeeze(1)
-                # entry.keys: [1, H_kv, P, D] -> the rows' slots [r, H_kv, :P, D]
-                k_S[rows, :, :length] = entry.keys[0]
-                v_S[rows, :, :length] = entry.values[0]
+            k_S[:, :, :width] = k_B.index_select(0, rows_N)
+            v_S[:, :, :width] = v_B.index_select(0, rows_N)
             keys.append(k_S)
             values.append(v_S)
         return keys, values
 
-    def add(
-        self,
-        caches: Sequence[DynamicCache],
-        prompt_lengths: Sequence[int],
-        rows_N: torch.Tensor,
-        *,
-        reserve: int,
-    ) -> None:
+    def add(self, prompts: PromptCache, rows_N: torch.Tensor, *, reserve: int) -> None:
         """Append rows (after the active ones) for prompts prefilled while others decode
         (continuous batching): the slots are compacted to the active rows first."""
-        needed = max(prompt_lengths) + max(1, min(reserve, 256))
+        needed = int(prompts.lengths.max()) + max(1, min(reserve, 256))
         if needed > self.capacity:
             self._grow(needed)
         self._compact()
-        new_k, new_v = self._slots(caches, prompt_lengths, rows_N)
+        new_k, new_v = self._slots(prompts, rows_N)
         for cache, new in ((self.k, new_k), (self.v, new_v)):
             for i, c in enumerate(cache):
                 cache[i] = torch.cat([c, new[i]])
-        lengths = torch.tensor(list(prompt_lengths), device=self.device, dtype=torch.long)
-        self.length_A = torch.cat([self.length_A, lengths.index_select(0, rows_N)])
+        self.length_A = torch.cat([self.length_A, prompts.lengths.index_select(0, rows_N)])
         self.slot_A = torch.arange(int(self.length_A.shape[0]), device=self.device)
         self.all_slots = True
 
