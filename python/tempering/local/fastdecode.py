@@ -205,66 +205,80 @@ class StaticKV:
         self.num_kv_heads = int(prompts.keys[0].shape[1])
         self.capacity = int(prompts.lengths.max()) + max(1, min(reserve, 256))
         self.positions = torch.arange(self.capacity, device=self.device)
-        self.k, self.v = self._slots(prompts, rows_N)
-        self.length_A = prompts.lengths.index_select(0, rows_N)
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self._allocate(int(rows_N.shape[0]))
+        self.used = 0
+        """Slots ``[0, used)`` hold rows (live, or finished and not yet compacted away)."""
+        self.length_A = torch.zeros(0, dtype=torch.long, device=self.device)
         """Tokens in each active row's cache (the position the next token takes)."""
-        self.slot_A = torch.arange(int(rows_N.shape[0]), device=self.device)
-        self.all_slots = True
-        """Whether the active rows are exactly the slots, in order (no gather needed)."""
+        self.slot_A = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.prefix = True
+        """Whether the active rows are slots ``0 .. A-1`` in order (attention reads a view)."""
+        self._place(prompts, rows_N)
 
-    def _slots(
-        self, prompts: PromptCache, rows_N: torch.Tensor
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """New slots ``[N, H_kv, C, D]`` per layer holding each row's prompt keys and values
-        (row ``n`` gets prompt ``rows_N[n]``'s; positions past a prompt's length hold padding,
-        which attention never reads: a row attends to positions up to its own)."""
-        shape = (int(rows_N.shape[0]), self.num_kv_heads, self.capacity, self.head_dim)
+    def _allocate(self, slots: int) -> None:
+        """Slot buffers ``[slots, H_kv, C, D]`` per layer, keeping what the old ones held."""
+        shape = (slots, self.num_kv_heads, self.capacity, self.head_dim)
+        for cache in (self.k, self.v):
+            for i in range(len(self.layers)):
+                grown = torch.zeros(shape, device=self.device, dtype=self.dtype)
+                if i < len(cache):
+                    kept = min(cache[i].shape[0], slots)
+                    grown[:kept] = cache[i][:kept]
+                    cache[i] = grown
+                else:
+                    cache.append(grown)
+
+    def _place(self, prompts: PromptCache, rows_N: torch.Tensor) -> None:
+        """Write new rows' prompt keys and values into the slots after ``used`` (row ``n`` gets
+        prompt ``rows_N[n]``'s; positions past a prompt's length hold padding, which attention
+        never reads: a row attends to positions up to its own)."""
+        n = int(rows_N.shape[0])
+        if self.used + n > self.k[0].shape[0]:
+            self._allocate(max(2 * self.k[0].shape[0], self.used + n))
         width = int(prompts.keys[0].shape[2])
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        for k_B, v_B in zip(prompts.keys, prompts.values, strict=True):
-            k_S = torch.zeros(shape, device=self.device, dtype=self.dtype)
-            v_S = torch.zeros(shape, device=self.device, dtype=self.dtype)
-            k_S[:, :, :width] = k_B.index_select(0, rows_N)
-            v_S[:, :, :width] = v_B.index_select(0, rows_N)
-            keys.append(k_S)
-            values.append(v_S)
-        return keys, values
+        new = slice(self.used, self.used + n)
+        for i, (k_B, v_B) in enumerate(zip(prompts.keys, prompts.values, strict=True)):
+            self.k[i][new, :, :width] = k_B.index_select(0, rows_N)
+            self.v[i][new, :, :width] = v_B.index_select(0, rows_N)
+        self.length_A = torch.cat([self.length_A, prompts.lengths.index_select(0, rows_N)])
+        self.slot_A = torch.cat([self.slot_A, torch.arange(self.used, self.used + n, device=self.device)])
+        self.used += n
 
     def add(self, prompts: PromptCache, rows_N: torch.Tensor, *, reserve: int) -> None:
         """Append rows (after the active ones) for prompts prefilled while others decode
-        (continuous batching): the slots are compacted to the active rows first."""
+        (continuous batching). The slot buffers double when full; the active rows are
+        compacted to the front first if finished rows sit between them."""
         needed = int(prompts.lengths.max()) + max(1, min(reserve, 256))
         if needed > self.capacity:
             self._grow(needed)
-        self._compact()
-        new_k, new_v = self._slots(prompts, rows_N)
-        for cache, new in ((self.k, new_k), (self.v, new_v)):
-            for i, c in enumerate(cache):
-                cache[i] = torch.cat([c, new[i]])
-        self.length_A = torch.cat([self.length_A, prompts.lengths.index_select(0, rows_N)])
-        self.slot_A = torch.arange(int(self.length_A.shape[0]), device=self.device)
-        self.all_slots = True
+        if not self.prefix:
+            self._compact()
+        self._place(prompts, rows_N)
 
     def _compact(self) -> None:
-        if self.all_slots and self.slot_A.shape[0] == self.k[0].shape[0]:
-            return
+        """Move the active rows to slots ``0 .. A-1`` (one copy per layer)."""
+        A = int(self.slot_A.shape[0])
         for cache in (self.k, self.v):
-            for i, c in enumerate(cache):
-                cache[i] = c.index_select(0, self.slot_A)
-        self.slot_A = torch.arange(self.slot_A.shape[0], device=self.slot_A.device)
-        self.all_slots = True
+            for c in cache:
+                c[:A] = c.index_select(0, self.slot_A)
+        self.slot_A = torch.arange(A, device=self.device)
+        self.used = A
+        self.prefix = True
 
     def keep(self, keep_A: torch.Tensor) -> None:
         """Keep only the active rows ``keep_A`` (indices into the current active rows)."""
         self.slot_A = self.slot_A.index_select(0, keep_A)
         self.length_A = self.length_A.index_select(0, keep_A)
-        slots = self.k[0].shape[0]
-        if self.slot_A.shape[0] < COMPACT_BELOW * slots:
-            self.all_slots = False
+        A = int(self.slot_A.shape[0])
+        if COMPACT_BELOW * self.used > A:
             self._compact()
         else:
-            self.all_slots = False
+            # Rows that finished at the end leave a prefix; any other gap needs a gather.
+            self.prefix = bool(torch.equal(self.slot_A, torch.arange(A, device=self.device)))
+            if self.prefix:
+                self.used = A
 
     def _grow(self, needed: int) -> None:
         capacity = self.capacity
@@ -308,8 +322,8 @@ class StaticKV:
             # Write each row's new key/value at its own position.
             k_S[slot_A, :, pos_A] = k[:, :, 0]
             v_S[slot_A, :, pos_A] = v[:, :, 0]
-            if self.all_slots:
-                keys, values = k_S[:, :, :top], v_S[:, :, :top]
+            if self.prefix:
+                keys, values = k_S[:A, :, :top], v_S[:A, :, :top]
             else:
                 keys = k_S.index_select(0, slot_A)[:, :, :top]
                 values = v_S.index_select(0, slot_A)[:, :, :top]

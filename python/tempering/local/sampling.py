@@ -137,10 +137,12 @@ class _SamplerState:
                         continue
                     batch.step()
                 except BaseException as exc:
-                    batch.fail(exc)
-                    for r in joining:
-                        if not r.result.done():
-                            r.result.set_exception(exc)
+                    try:
+                        batch.fail(exc)
+                    finally:
+                        for r in joining:
+                            if not r.result.done():
+                                r.result.set_exception(exc)
                     if not isinstance(exc, Exception):
                         raise
                     batch = ContinuousBatch(sampler)
