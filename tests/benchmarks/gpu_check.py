@@ -240,7 +240,7 @@ def run_model(
             finally:
                 sampler.close()
 
-        row["engine"] = phase(engine, device)
+        row["engine"] = phase(f"{model_dir.name}: engine sampling {batch}", engine, device)
         save()
         if "generate" not in skip:
 
@@ -253,7 +253,7 @@ def run_model(
                 finally:
                     del hf
 
-            row["generate"] = phase(generate, device)
+            row["generate"] = phase(f"{model_dir.name}: generate {batch}", generate, device)
             save()
         for side in ("engine", "generate"):
             tps = row.get(side, {}).get("tokens_per_s")
@@ -274,7 +274,7 @@ def run_model(
             finally:
                 client.close()
 
-        result = phase(training, device)
+        result = phase(f"{model_dir.name}: training", training, device)
         result.update(
             batch=sizes.train_batch, seq_len=sizes.train_seq_len, lora_rank=rank, flops_per_token=flops
         )
@@ -303,13 +303,16 @@ def run_model(
                 finally:
                     gap_service.close()
 
-            entry["logprob_gap"][gap_dtype] = phase(gap, device)
+            entry["logprob_gap"][gap_dtype] = phase(f"{model_dir.name}: gap {gap_dtype}", gap, device)
             save()
 
 
-def phase(run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, Any]:
-    """Run one measurement with its own peak-memory count; a failure is recorded, not raised."""
+def phase(name: str, run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """Run one measurement with its own peak-memory count; a failure is recorded, not raised.
+    Says on stderr when it starts and ends (a long run shows its progress)."""
     es.reset_peak(device)
+    start = time.perf_counter()
+    print(f"[gpu-check] {name} ...", file=sys.stderr, flush=True)
     try:
         result = run()
     except Exception as exc:
@@ -317,6 +320,10 @@ def phase(run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, 
         result = {"error": f"{type(exc).__name__}: {exc}"}
     result.update(es.peak_memory(device))
     es.reset_peak(device)
+    outcome = "failed" if "error" in result else "done"
+    print(
+        f"[gpu-check] {name}: {outcome} in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True
+    )
     return result
 
 
