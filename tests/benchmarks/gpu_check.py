@@ -165,10 +165,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for label, spec in models:
             entry: dict[str, Any] = {"name": label}
             results["models"].append(entry)
-            model = resolve_model(spec, scratch)
-            entry["model"] = model
-            model_dir = resolve_model_dir(model, service.root)
-            shape = es.ModelShape.of_dir(model_dir)
+            try:
+                model = resolve_model(spec, scratch)
+                entry["model"] = model
+                model_dir = resolve_model_dir(model, service.root)
+                shape = es.ModelShape.of_dir(model_dir)
+            except Exception as exc:  # a model that cannot be built or read: the next one still runs
+                traceback.print_exc()
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                write(out_path, results)
+                continue
             entry["shape"] = shape.__dict__
             write(out_path, results)
             run_model(
@@ -353,6 +359,9 @@ def print_table(results: dict[str, Any]) -> None:
     for name, flops in results["matmul_peak_flops"].items():
         print(f"matmul peak {name}: {flops / 1e12:.2f} TFLOP/s (n={results['matmul_n']})")
     for entry in results["models"]:
+        if "error" in entry:
+            print(f"\n== {entry['name']}: error: {entry['error']}")
+            continue
         shape = entry.get("shape", {})
         print(f"\n== {entry['name']} ({shape.get('params', 0) / 1e6:.2f}M parameters)")
         print(
