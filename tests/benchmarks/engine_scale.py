@@ -128,6 +128,7 @@ def machine_info(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cpu_count": _cpu_count(),
         "cpu": platform.processor() or platform.machine(),
     }

@@ -165,10 +165,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for label, spec in models:
             entry: dict[str, Any] = {"name": label}
             results["models"].append(entry)
-            model = resolve_model(spec, scratch)
-            entry["model"] = model
-            model_dir = resolve_model_dir(model, service.root)
-            shape = es.ModelShape.of_dir(model_dir)
+            try:
+                model = resolve_model(spec, scratch)
+                entry["model"] = model
+                model_dir = resolve_model_dir(model, service.root)
+                shape = es.ModelShape.of_dir(model_dir)
+            except Exception as exc:  # a model that cannot be built or read: the next one still runs
+                traceback.print_exc()
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                write(out_path, results)
+                continue
             entry["shape"] = shape.__dict__
             write(out_path, results)
             run_model(
@@ -240,7 +246,7 @@ def run_model(
             finally:
                 sampler.close()
 
-        row["engine"] = phase(engine, device)
+        row["engine"] = phase(f"{model_dir.name}: engine sampling {batch}", engine, device)
         save()
         if "generate" not in skip:
 
@@ -253,7 +259,7 @@ def run_model(
                 finally:
                     del hf
 
-            row["generate"] = phase(generate, device)
+            row["generate"] = phase(f"{model_dir.name}: generate {batch}", generate, device)
             save()
         for side in ("engine", "generate"):
             tps = row.get(side, {}).get("tokens_per_s")
@@ -274,7 +280,7 @@ def run_model(
             finally:
                 client.close()
 
-        result = phase(training, device)
+        result = phase(f"{model_dir.name}: training", training, device)
         result.update(
             batch=sizes.train_batch, seq_len=sizes.train_seq_len, lora_rank=rank, flops_per_token=flops
         )
@@ -303,13 +309,16 @@ def run_model(
                 finally:
                     gap_service.close()
 
-            entry["logprob_gap"][gap_dtype] = phase(gap, device)
+            entry["logprob_gap"][gap_dtype] = phase(f"{model_dir.name}: gap {gap_dtype}", gap, device)
             save()
 
 
-def phase(run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, Any]:
-    """Run one measurement with its own peak-memory count; a failure is recorded, not raised."""
+def phase(name: str, run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """Run one measurement with its own peak-memory count; a failure is recorded, not raised.
+    Says on stderr when it starts and ends (a long run shows its progress)."""
     es.reset_peak(device)
+    start = time.perf_counter()
+    print(f"[gpu-check] {name} ...", file=sys.stderr, flush=True)
     try:
         result = run()
     except Exception as exc:
@@ -317,6 +326,10 @@ def phase(run: Callable[[], dict[str, Any]], device: torch.device) -> dict[str, 
         result = {"error": f"{type(exc).__name__}: {exc}"}
     result.update(es.peak_memory(device))
     es.reset_peak(device)
+    outcome = "failed" if "error" in result else "done"
+    print(
+        f"[gpu-check] {name}: {outcome} in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True
+    )
     return result
 
 
@@ -346,6 +359,9 @@ def print_table(results: dict[str, Any]) -> None:
     for name, flops in results["matmul_peak_flops"].items():
         print(f"matmul peak {name}: {flops / 1e12:.2f} TFLOP/s (n={results['matmul_n']})")
     for entry in results["models"]:
+        if "error" in entry:
+            print(f"\n== {entry['name']}: error: {entry['error']}")
+            continue
         shape = entry.get("shape", {})
         print(f"\n== {entry['name']} ({shape.get('params', 0) / 1e6:.2f}M parameters)")
         print(

@@ -1,7 +1,8 @@
 """The GPU check (``tests/benchmarks/gpu_check.py``, ``make gpu-check``) run on the CPU at its
 ``--quick`` sizes, on the built-in tiny model and on a tiny random Qwen3 (the builder the GPU run
 uses for its Qwen3-0.6B-shaped model): every figure is there, finite and positive, and the
-float32 sampler/trainer logprob gap is within the engine's parity contract. Also the FLOP
+float32 sampler/trainer logprob gap is within the engine's parity contract; a model that cannot
+load is recorded with its error and the next one still runs. Also the FLOP
 arithmetic of ``engine_scale.ModelShape``, against a count by hand."""
 
 from __future__ import annotations
@@ -27,10 +28,18 @@ def _positive(value: Any, what: str) -> None:
 
 def test_quick_cpu_run_writes_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "check.json"
+    broken = tmp_path / "broken"  # a model that cannot load is recorded; the others still run
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
     argv = ["--device", "cpu", "--quick", "--threads", "1", "--out", str(out)]
-    gpu_check.main([*argv, "--model", "tempering/tiny", "--model", "qwen3-mini-random"])
+    gpu_check.main(
+        [*argv, "--model", "tempering/tiny", "--model", str(broken), "--model", "qwen3-mini-random"]
+    )
     results = json.loads(out.read_text())
     sizes = gpu_check.QUICK
+    failed = results["models"].pop(1)
+    assert failed["name"] == str(broken)
+    assert "no-such-architecture" in failed["error"]
 
     assert results["machine"]["device"] == "cpu"
     assert results["dtype"] == "float32"
