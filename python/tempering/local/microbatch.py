@@ -7,7 +7,8 @@ is the unsplit computation's up to float rounding (sums in another order).
 
 The budget (:func:`resolve_token_budget`), first that is set:
 
-1. ``max_batch_tokens=`` (``LocalTrainingClient``, ``ModelLoader``'s ``training_memory``);
+1. ``TrainingMemory(max_batch_tokens=...)``, given to ``LocalTrainingClient(memory=...)`` or
+   ``ModelLoader(memory=...)``;
 2. ``$TEMPERING_MAX_BATCH_TOKENS``;
 3. derived from memory and the model's shape (:func:`activation_bytes_per_token`, an estimate of
    the activations a token keeps for the backward pass): on CUDA, half the device's free memory
