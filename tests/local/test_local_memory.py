@@ -20,7 +20,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tempering.local import LocalTrainingClient
 from tempering.local.checkpoints import CheckpointStore
 from tempering.local.errors import DatumError
-from tempering.local.forward import TrainingForward, chunked_target_logprobs
+from tempering.local.forward import (
+    CHECKPOINTING_ENV,
+    TrainingForward,
+    chunked_target_logprobs,
+    resolve_checkpointing,
+)
 from tempering.local.loader import LoraShape, ModelLoader
 from tempering.local.losses import check_data, pad_batch
 from tempering.local.microbatch import (
@@ -340,6 +345,14 @@ def test_budget_settings(
     derived = resolve_token_budget(None, config, cpu, checkpointing=False)
     assert 256 <= derived.tokens <= 16384
     assert "derived" in derived.setting
+    monkeypatch.setenv(CHECKPOINTING_ENV, "1")
+    assert resolve_checkpointing(None)
+    assert not resolve_checkpointing(False)  # the argument wins
+    monkeypatch.setenv(CHECKPOINTING_ENV, "yes")
+    with pytest.raises(ValueError, match=CHECKPOINTING_ENV):
+        resolve_checkpointing(None)
+    monkeypatch.delenv(CHECKPOINTING_ENV)
+    assert not resolve_checkpointing(None)
     # Checkpointing keeps less per token, so the derived budget is no smaller.
     per_token = activation_bytes_per_token(config, torch.float32, checkpointing=False)
     assert activation_bytes_per_token(config, torch.float32, checkpointing=True) < per_token / 2
