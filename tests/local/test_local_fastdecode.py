@@ -19,7 +19,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from tempering.local import LocalSamplingClient, LocalTrainingClient, ServiceClient
 from tempering.local.checkpoints import CheckpointStore
 from tempering.local.continuous import length_groups
-from tempering.local.decoding import draw_inverse_cdf
+from tempering.local.draws import draw_inverse_cdf
 from tempering.local.fastdecode import supports_static_decoding
 from tempering.local.loader import ModelLoader
 from tempering.local.model import resolve_placement

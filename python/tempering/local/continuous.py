@@ -31,10 +31,9 @@ from tempering.local.decoding import (
     MAX_BATCH_ROWS,
     SampleRequest,
     SamplerModel,
-    draw_tokens,
     plain_dynamic_cache,
-    sampling_logprobs,
 )
+from tempering.local.draws import draw_tokens, sampling_logprobs
 from tempering.local.fastdecode import StaticKV, prefill_batch, supports_static_decoding
 from tempering.local.scores import PromptScores, topk_of
 

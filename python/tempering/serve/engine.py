@@ -5,12 +5,11 @@ no locks. Model work goes to threads:
 
 - each training model has one ordered queue (a single-thread :class:`Worker`); its first job
   builds the model, and every later request runs there in the SDK's ``seq_id`` order;
-- each sampler is a ``tempering.local.LocalSamplingClient`` (its own thread, which coalesces
-  concurrent requests into one decoding batch).
+- each sampler's weights are a reference in the sampler pool (:mod:`tempering.serve.samplers`:
+  shared, deduplicated, bounded in memory), decoded by a ``LocalSamplingClient``.
 
-A base model is loaded once per directory and shared: each LoRA training client wraps a shallow
-structural copy of it whose frozen base parameters are the same tensors, and a sampler of the
-base model samples from it directly (nothing ever writes to the base weights).
+A base model is loaded once per directory and shared by every LoRA training client and sampler
+of it (nothing ever writes to the base weights).
 
 Sequence numbers (``seq_id``): each request runs once, in the SDK's order; see
 :class:`tempering.serve.state.TrainingModel`.
@@ -120,13 +119,9 @@ class Engine:
         """Builds every model; base models are loaded once and shared (see the module docstring)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loader = Worker("serve-loader")
+        spill = Path(tempfile.mkdtemp(prefix="tempering-serve-samplers-"))
         resident = int(os.environ.get("TEMPERING_SERVE_RESIDENT_SAMPLERS", DEFAULT_MAX_RESIDENT))
-        self.pool = SamplerPool(
-            self.loader,
-            self._loader,
-            Path(tempfile.mkdtemp(prefix="tempering-serve-samplers-")),
-            max_resident=resident,
-        )
+        self.pool = SamplerPool(self.loader, self._loader, spill, max_resident=resident)
         """Sampler weights: shared, deduplicated, bounded in memory (:mod:`tempering.serve.samplers`)."""
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
