@@ -98,8 +98,8 @@ PRESETS: Mapping[str, DemoSizes] = {
     # The real model: the benchmark in docs/benchmarks.md#demo (under 10 minutes on 2 cores).
     "smollm2": DemoSizes(
         base_model="HuggingFaceTB/SmolLM2-135M-Instruct", lora_rank=32, n_test=100, eval_samples=4,
-        sft_steps=40, sft_batch_size=32, sft_learning_rate=1e-3, sft_eval_every=20, sft_weight_decay=0.0,
-        rl_steps=10, rl_batch_size=8, group_size=8, rl_learning_rate=5e-4, rl_eval_every=5, num_threads=2,
+        sft_steps=40, sft_batch_size=32, sft_learning_rate=1e-3, sft_eval_every=0, sft_weight_decay=0.0,
+        rl_steps=10, rl_batch_size=8, group_size=8, rl_learning_rate=1e-4, rl_eval_every=10, num_threads=2,
     ),
     # The tiny model from random weights, full fine-tuning: two threads were slower than one on
     # 2 cores (docs/benchmarks.md).
