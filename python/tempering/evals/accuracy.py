@@ -167,7 +167,7 @@ class AccuracyEvaluator:
                 mean = float(np.mean([a.reward for a in answers])) if answers else 0.0
                 report.append((p, tuple(attrs.evolve(a, advantage=a.reward - mean) for a in answers)))
         greedy_correct = 0.0
-        for p, future in zip(self.problems, greedy_futures, strict=True):
+        for p, future in zip(self.problems if self.greedy else (), greedy_futures, strict=True):
             (seq,) = (await future).sequences
             greedy_correct += self._answer(seq, p).reward
         metrics = interval_metrics("test/accuracy", correct, n)

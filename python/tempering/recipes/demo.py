@@ -54,13 +54,11 @@ from typing import Any, Literal
 
 import attrs
 
-from tempering.backend import ModelConfig, load_tokenizer
+from tempering.backend import ModelConfig, load_renderer, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.stats import Spread
-from tempering.model_info import recommended_renderer
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
-from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
 from tempering.training import RunDir
 from tempering.training.schedule import ScheduleKind
@@ -99,7 +97,7 @@ PRESETS: Mapping[str, DemoSizes] = {
     "smollm2": DemoSizes(
         base_model="HuggingFaceTB/SmolLM2-135M-Instruct", lora_rank=32, n_test=100, eval_samples=4,
         sft_steps=40, sft_batch_size=32, sft_learning_rate=1e-3, sft_eval_every=0, sft_weight_decay=0.0,
-        rl_steps=10, rl_batch_size=8, group_size=8, rl_learning_rate=1e-4, rl_eval_every=10, num_threads=2,
+        rl_steps=8, rl_batch_size=8, group_size=8, rl_learning_rate=1e-4, rl_eval_every=8, num_threads=2,
     ),
     # The tiny model from random weights, full fine-tuning: two threads were slower than one on
     # 2 cores (docs/benchmarks.md).
@@ -286,7 +284,7 @@ async def _run(config: DemoConfig, z: DemoSizes, s: RecipeSession, threads: int)
     train_path = write_chat_jsonl(train_problems, out / "data" / "train.jsonl")
     test_path = write_chat_jsonl(test_problems, out / "data" / "test.jsonl")
     tokenizer = load_tokenizer(z.base_model)
-    renderer = get_renderer(recommended_renderer(z.base_model), tokenizer)
+    renderer = load_renderer(z.base_model, None)  # the model's recommended chat format
 
     def evaluator(stage: str, seed: int = config.seed, greedy: bool = True) -> AccuracyEvaluator:
         return AccuracyEvaluator(
@@ -315,11 +313,12 @@ async def _run(config: DemoConfig, z: DemoSizes, s: RecipeSession, threads: int)
 
     # 3. RL from the SFT checkpoint. Periodic checkpoints with sampler weights every
     # ``rl_eval_every`` steps: the demo evaluates them after the run with the SFT stage's
-    # evaluator (same problems, same seeds, answers kept for the page); the loop's own
-    # held-out pass runs once, at the end.
+    # evaluator (same problems, same seeds, answers kept for the page), so the loop has no
+    # held-out pass of its own (no test set).
+
     task = ArithmeticProblems(
         base_model=z.base_model, seed=config.seed, n_test=z.n_test, batch_size=z.rl_batch_size,
-        group_size=z.group_size, test_group_size=z.eval_samples,
+        group_size=z.group_size, test_group_size=0,
     )  # fmt: skip
     print(
         f"tempering demo: RL, {z.rl_steps} steps of {z.rl_batch_size} problems x "
