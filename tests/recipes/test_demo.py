@@ -49,6 +49,8 @@ def test_presets_and_flags() -> None:
     tiny = DemoConfig(model="tiny", rl_steps=3, sft_learning_rate=1e-2).sizes()
     assert (tiny.base_model, tiny.rl_steps, tiny.sft_learning_rate) == ("tempering/tiny", 3, 1e-2)
     assert tiny.sft_steps == PRESETS["tiny"].sft_steps
+    flat = DemoConfig(model="tiny", rl_steps=3).resolved()  # for code reading the flat fields
+    assert (flat.rl_steps, flat.group_size, flat.lora_rank) == (3, PRESETS["tiny"].group_size, 0)
     with pytest.raises(ValueError, match=r"DemoConfig.group_size is 0; it must be at least 1"):
         DemoConfig(group_size=0).sizes()
     with pytest.raises(

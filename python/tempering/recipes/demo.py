@@ -177,6 +177,13 @@ class DemoConfig:
     async def __call__(self) -> DemoSummary:
         return await run_demo(self)
 
+    def resolved(self) -> DemoConfig:
+        """This config with every size it leaves unset taken from its model's preset, for code
+        that reads the flat fields (``SFTStage.of(config.resolved(), "sft_")``)."""
+        sizes = attrs.asdict(self.sizes())
+        del sizes["base_model"]
+        return attrs.evolve(self, **sizes)
+
     def sizes(self) -> DemoSizes:
         """The model's preset with every size this config sets put in its place."""
         if self.model not in PRESETS:
