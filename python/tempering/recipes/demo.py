@@ -1,19 +1,24 @@
 """``tempering demo`` (``make demo``): SFT warm start on arithmetic, then RL with verifiable
-rewards from that checkpoint, on the local engine with the built-in tiny model, offline.
+rewards from that checkpoint, on the local engine, offline: LoRA on the real
+SmolLM2-135M-Instruct by default (``--model smollm2``), or full fine-tuning of the built-in tiny
+model from random weights (``--model tiny``, the fast path the tests use). Each model has its own
+sizes and budgets (:data:`PRESETS`); a flag given wins over the preset.
 
 The pipeline is made of the library's own pieces; nothing here is a training loop:
 
 1. Data: every two-digit ``a+b=`` / ``a-b=`` problem, split by a seeded shuffle into a held-out
    set (``n_test``) and the training set (:mod:`tempering.envs.arithmetic`); written as chat
    JSONL into ``<out>/data``.
-2. SFT: :func:`tempering.sft.train_supervised` (full fine-tuning of ``tempering/tiny``,
-   ``--sft-steps`` steps) with held-out NLL and held-out accuracy evaluators; run directory
+2. SFT: :func:`tempering.sft.train_supervised` (``--sft-steps`` steps; LoRA, or full
+   fine-tuning with ``--lora-rank 0``) with held-out NLL and held-out accuracy evaluators, the
+   latter first before any step (the untrained model: ``base_accuracy``); run directory
    ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` starting from the SFT run's final checkpoint
    (``ModelConfig.init_state``) on :class:`~tempering.envs.arithmetic.ArithmeticProblems`
    (reward 1 for the exact answer), ``--rl-steps`` steps of ``rl_batch_size`` problems ×
    ``group_size`` samples, advantages normalised per group, learning rate decayed linearly; run
-   directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories``.
+   directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories`` (the loop
+   has no test set: the demo evaluates its checkpoints itself, step 4).
 4. The RL weights of every periodic checkpoint (``--rl-eval-every``) and the final ones are
    evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both stages, with ``stage``
    and ``global_step``, the RL checkpoints' held-out accuracies merged into the RL lines),
@@ -22,9 +27,10 @@ The pipeline is made of the library's own pieces; nothing here is a training loo
    ``rl_accuracy``, ``wall_seconds``, …) and ``view.html``: the ``tempering view`` page of the
    whole directory (both stages' curves, the evaluations' answers, the RL rollouts), written
    once as a static file (docs/view.md).
-5. The spread: the final SFT and RL weights are evaluated again with ``eval_seeds - 1`` more
-   evaluation seeds; ``summary.json``'s ``spread`` holds each accuracy's values, mean and
-   standard deviation over the ``eval_seeds`` evaluations.
+5. The spread: the untrained model and the final SFT and RL weights are evaluated again with
+   ``eval_seeds - 1`` more evaluation seeds (sampled answers only: greedy ones do not depend
+   on the seed); ``summary.json``'s ``spread`` holds each accuracy's values, mean and standard
+   deviation over the ``eval_seeds`` evaluations.
 
 Held-out accuracy is the mean exact-match of ``eval_samples`` answers per held-out problem
 sampled at temperature 1 (the policy as RL samples it); greedy accuracy is recorded beside it.
@@ -39,9 +45,9 @@ Shapes: ``P`` problems per RL step (``rl_batch_size``), ``G`` samples per proble
 
 Example::
 
-    tempering demo                                   # defaults: the benchmark in docs/benchmarks.md
-    tempering demo --sft-steps 40 --rl-steps 4 --out /tmp/demo
-    summary = asyncio.run(DemoConfig(out="/tmp/demo")())
+    tempering demo                                   # SmolLM2-135M-Instruct: docs/benchmarks.md#demo
+    tempering demo --model tiny --sft-steps 40 --rl-steps 4 --out /tmp/demo
+    summary = asyncio.run(DemoConfig(model="tiny", out="/tmp/demo")())
 """
 
 from __future__ import annotations
