@@ -98,3 +98,17 @@ def test_wilson_interval() -> None:
     assert 0.0 < wilson_interval(0, 10)[1] < 0.35
     assert wilson_interval(10, 10)[1] == 1.0
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+@pytest.mark.timeout(300)
+def test_no_greedy_pass_when_asked(service: ServiceClient) -> None:
+    renderer, tokenizer = _renderer()
+    sampler = _sampler(service)
+    _, test = split_problems(seed=0, n_test=3)
+    evaluator = AccuracyEvaluator(test, renderer, tokenizer, num_samples=2, max_tokens=4, greedy=False)
+    metrics = asyncio.run(evaluator(sampler))  # pyright: ignore[reportArgumentType]
+    # Only the sampled requests ran; no greedy figure is made up.
+    assert [t for t, _ in sampler.seeds] == [1.0] * 3
+    assert "test/accuracy" in metrics
+    assert not any("greedy" in k for k in metrics)
+    assert math.isnan(evaluator.records[-1].greedy_accuracy)

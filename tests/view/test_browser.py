@@ -151,7 +151,7 @@ def test_served_page_shows_a_new_step_without_a_reload(tmp_path: Path) -> None:
 # The demo at the tiny budget of tests/recipes/test_demo.py: SFT 40 steps (evaluated at 0, 20,
 # 40), RL 4 steps (checkpoints evaluated at global steps 42 and 44).
 _DEMO = [
-    "--sft-steps", "40", "--sft-eval-every", "20", "--sft-batch-size", "16",
+    "--model", "tiny", "--sft-steps", "40", "--sft-eval-every", "20", "--sft-batch-size", "16",
     "--rl-steps", "4", "--rl-eval-every", "2", "--rl-batch-size", "4", "--group-size", "8",
     "--n-test", "24", "--eval-samples", "2", "--eval-seeds", "1", "--no-progress",
 ]  # fmt: skip

@@ -221,7 +221,9 @@ def test_demo_without_view_extra_says_which_extra(
     page.plotly_js.cache_clear()  # an earlier test may have loaded plotly.js
     monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails
     out = tmp_path / "run"
-    tiny = demo.DemoConfig(out=str(out), sft_steps=2, rl_steps=1, n_test=8, eval_seeds=1, progress=False)
+    tiny = demo.DemoConfig(
+        model="tiny", out=str(out), sft_steps=2, rl_steps=1, n_test=8, eval_seeds=1, progress=False
+    )
     try:
         assert demo.main(tiny) == 1
     finally:

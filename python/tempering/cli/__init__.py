@@ -32,8 +32,8 @@ _TRAINERS = {
 
 
 _DEMO_HELP = (
-    "the main job on the local engine: SFT warm start on arithmetic, then RL with verifiable rewards "
-    "(docs/quickstart.md)"
+    "the main job on the local engine: SFT warm start on arithmetic, then RL with verifiable rewards, "
+    "on SmolLM2-135M-Instruct (--model tiny: the built-in tiny model) (docs/quickstart.md)"
 )
 
 

@@ -129,6 +129,9 @@ class AccuracyEvaluator:
     n_report: int = 6
     stage: str = "eval"
     seed: int = 0
+    greedy: bool = True
+    """Also answer each problem greedily (``False``: no greedy pass, which does not depend on
+    ``seed``; the record's greedy accuracy is NaN and the metrics have no ``test/accuracy_greedy``)."""
     records: list[EvalRecord] = attrs.field(factory=list)
 
     def _params(self, temperature: float, p: int) -> tinker.SamplingParams:
@@ -148,7 +151,11 @@ class AccuracyEvaluator:
             sampling_client.sample(m, self.num_samples, self._params(self.temperature, p))
             for p, m in enumerate(prompts)
         ]
-        greedy_futures = [sampling_client.sample(m, 1, self._params(0.0, p)) for p, m in enumerate(prompts)]
+        greedy_futures = (
+            [sampling_client.sample(m, 1, self._params(0.0, p)) for p, m in enumerate(prompts)]
+            if self.greedy
+            else []
+        )
         correct = 0.0
         n = 0
         report: list[tuple[Problem, tuple[SampledAnswer, ...]]] = []
@@ -160,19 +167,28 @@ class AccuracyEvaluator:
                 mean = float(np.mean([a.reward for a in answers])) if answers else 0.0
                 report.append((p, tuple(attrs.evolve(a, advantage=a.reward - mean) for a in answers)))
         greedy_correct = 0.0
-        for p, future in zip(self.problems, greedy_futures, strict=True):
+        for p, future in zip(self.problems if self.greedy else (), greedy_futures, strict=True):
             (seq,) = (await future).sequences
             greedy_correct += self._answer(seq, p).reward
         metrics = interval_metrics("test/accuracy", correct, n)
-        metrics |= interval_metrics("test/accuracy_greedy", greedy_correct, len(self.problems))
+        nan = float("nan")
+        greedy_metrics = (
+            interval_metrics("test/accuracy_greedy", greedy_correct, len(self.problems))
+            if self.greedy
+            else {}
+        )
+        metrics |= greedy_metrics
         record = EvalRecord(
             self.stage,
             len(self.records),
             metrics["test/accuracy"],
-            metrics["test/accuracy_greedy"],
+            greedy_metrics.get("test/accuracy_greedy", nan),
             tuple(report),
             (metrics["test/accuracy/ci95_low"], metrics["test/accuracy/ci95_high"]),
-            (metrics["test/accuracy_greedy/ci95_low"], metrics["test/accuracy_greedy/ci95_high"]),
+            (
+                greedy_metrics.get("test/accuracy_greedy/ci95_low", nan),
+                greedy_metrics.get("test/accuracy_greedy/ci95_high", nan),
+            ),
         )
         self.records.append(record)
         return metrics

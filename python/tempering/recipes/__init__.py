@@ -11,7 +11,7 @@
 Example::
 
     from tempering.recipes.demo import DemoConfig
-    summary = asyncio.run(DemoConfig(out="/tmp/demo", sft_steps=40, rl_steps=4)())
+    summary = asyncio.run(DemoConfig(model="tiny", out="/tmp/demo", sft_steps=40, rl_steps=4)())
     config = load_recipe("chat-sft")(out="/tmp/chat")      # same as `tempering recipe chat-sft`
 """
 

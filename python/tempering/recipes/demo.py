@@ -1,19 +1,24 @@
 """``tempering demo`` (``make demo``): SFT warm start on arithmetic, then RL with verifiable
-rewards from that checkpoint, on the local engine with the built-in tiny model, offline.
+rewards from that checkpoint, on the local engine, offline: LoRA on the real
+SmolLM2-135M-Instruct by default (``--model smollm2``), or full fine-tuning of the built-in tiny
+model from random weights (``--model tiny``, the fast path the tests use). Each model has its own
+sizes and budgets (:data:`PRESETS`); a flag given wins over the preset.
 
 The pipeline is made of the library's own pieces; nothing here is a training loop:
 
 1. Data: every two-digit ``a+b=`` / ``a-b=`` problem, split by a seeded shuffle into a held-out
    set (``n_test``) and the training set (:mod:`tempering.envs.arithmetic`); written as chat
    JSONL into ``<out>/data``.
-2. SFT: :func:`tempering.sft.train_supervised` (full fine-tuning of ``tempering/tiny``,
-   ``--sft-steps`` steps) with held-out NLL and held-out accuracy evaluators; run directory
+2. SFT: :func:`tempering.sft.train_supervised` (``--sft-steps`` steps; LoRA, or full
+   fine-tuning with ``--lora-rank 0``) with held-out NLL and held-out accuracy evaluators, the
+   latter first before any step (the untrained model: ``base_accuracy``); run directory
    ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` starting from the SFT run's final checkpoint
    (``ModelConfig.init_state``) on :class:`~tempering.envs.arithmetic.ArithmeticProblems`
    (reward 1 for the exact answer), ``--rl-steps`` steps of ``rl_batch_size`` problems ×
    ``group_size`` samples, advantages normalised per group, learning rate decayed linearly; run
-   directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories``.
+   directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories`` (the loop
+   has no test set: the demo evaluates its checkpoints itself, step 4).
 4. The RL weights of every periodic checkpoint (``--rl-eval-every``) and the final ones are
    evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both stages, with ``stage``
    and ``global_step``, the RL checkpoints' held-out accuracies merged into the RL lines),
@@ -22,9 +27,10 @@ The pipeline is made of the library's own pieces; nothing here is a training loo
    ``rl_accuracy``, ``wall_seconds``, …) and ``view.html``: the ``tempering view`` page of the
    whole directory (both stages' curves, the evaluations' answers, the RL rollouts), written
    once as a static file (docs/view.md).
-5. The spread: the final SFT and RL weights are evaluated again with ``eval_seeds - 1`` more
-   evaluation seeds; ``summary.json``'s ``spread`` holds each accuracy's values, mean and
-   standard deviation over the ``eval_seeds`` evaluations.
+5. The spread: the untrained model and the final SFT and RL weights are evaluated again with
+   ``eval_seeds - 1`` more evaluation seeds (sampled answers only: greedy ones do not depend
+   on the seed); ``summary.json``'s ``spread`` holds each accuracy's values, mean and standard
+   deviation over the ``eval_seeds`` evaluations.
 
 Held-out accuracy is the mean exact-match of ``eval_samples`` answers per held-out problem
 sampled at temperature 1 (the policy as RL samples it); greedy accuracy is recorded beside it.
@@ -39,9 +45,9 @@ Shapes: ``P`` problems per RL step (``rl_batch_size``), ``G`` samples per proble
 
 Example::
 
-    tempering demo                                   # defaults: the benchmark in docs/benchmarks.md
-    tempering demo --sft-steps 40 --rl-steps 4 --out /tmp/demo
-    summary = asyncio.run(DemoConfig(out="/tmp/demo")())
+    tempering demo                                   # SmolLM2-135M-Instruct: docs/benchmarks.md#demo
+    tempering demo --model tiny --sft-steps 40 --rl-steps 4 --out /tmp/demo
+    summary = asyncio.run(DemoConfig(model="tiny", out="/tmp/demo")())
 """
 
 from __future__ import annotations
@@ -50,23 +56,64 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
-from tempering.backend import ModelConfig, load_tokenizer
+from tempering.backend import ModelConfig, load_renderer, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.stats import Spread
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
-from tempering.renderers import get_renderer
 from tempering.rl.train import LossName
 from tempering.training import RunDir
 from tempering.training.schedule import ScheduleKind
 
-__all__ = ["DemoConfig", "DemoSummary", "main"]
+__all__ = ["PRESETS", "DemoConfig", "DemoModel", "DemoSizes", "DemoSummary", "main"]
 
-_BASE_MODEL = "tempering/tiny"
+DemoModel = Literal["smollm2", "tiny"]
+"""The demo's models: the real SmolLM2-135M-Instruct (LoRA) or the built-in tiny model."""
+
+
+@attrs.frozen(kw_only=True)
+class DemoSizes:
+    """One model's demo: its base model and every size and budget :class:`DemoConfig` leaves
+    unset (:data:`PRESETS`)."""
+
+    base_model: str
+    lora_rank: int
+    n_test: int
+    eval_samples: int
+    sft_steps: int
+    sft_batch_size: int
+    sft_learning_rate: float
+    sft_eval_every: int
+    sft_weight_decay: float
+    rl_steps: int
+    rl_batch_size: int
+    group_size: int
+    rl_learning_rate: float
+    rl_eval_every: int
+    num_threads: int
+    """Torch threads when neither ``num_threads`` nor ``$TEMPERING_NUM_THREADS`` says."""
+
+
+PRESETS: Mapping[str, DemoSizes] = {
+    # The real model: the benchmark in docs/benchmarks.md#demo (under 10 minutes on 2 cores).
+    "smollm2": DemoSizes(
+        base_model="HuggingFaceTB/SmolLM2-135M-Instruct", lora_rank=32, n_test=100, eval_samples=4,
+        sft_steps=40, sft_batch_size=32, sft_learning_rate=1e-3, sft_eval_every=0, sft_weight_decay=0.0,
+        rl_steps=8, rl_batch_size=8, group_size=8, rl_learning_rate=1e-4, rl_eval_every=8, num_threads=2,
+    ),
+    # The tiny model from random weights, full fine-tuning: two threads were slower than one on
+    # 2 cores (docs/benchmarks.md).
+    "tiny": DemoSizes(
+        base_model="tempering/tiny", lora_rank=0, n_test=200, eval_samples=4,
+        sft_steps=600, sft_batch_size=64, sft_learning_rate=2e-3, sft_eval_every=100, sft_weight_decay=0.1,
+        rl_steps=80, rl_batch_size=16, group_size=16, rl_learning_rate=2e-4, rl_eval_every=10, num_threads=1,
+    ),
+}  # fmt: skip
+"""Each model's sizes and budgets (``--model``); a flag given on the command line wins."""
 
 
 @attrs.frozen(kw_only=True)
@@ -76,37 +123,44 @@ class DemoConfig:
     The defaults are the benchmark recorded in docs/benchmarks.md; the test runs a tiny budget.
     """
 
+    model: DemoModel = "smollm2"
+    """``smollm2``: the real model, HuggingFaceTB/SmolLM2-135M-Instruct, LoRA (the main job;
+    pulled on first use, docs/models.md); ``tiny``: the built-in 0.85M-parameter model from random
+    weights, full fine-tuning (the fast path the tests use). Every size below left unset takes
+    this model's preset (:data:`PRESETS`)."""
     out: str | None = None
     """Run directory (replaced if it exists); default ``runs/demo-<timestamp>``."""
     seed: int = 0
     """Seeds the split, the batch order, the model's initialisation and the evaluations' sampling."""
-    n_test: int = 200
+    n_test: int | None = None
     """Held-out problems (never trained on)."""
-    eval_samples: int = 4
+    eval_samples: int | None = None
     """Answers sampled per held-out problem for the accuracy."""
     eval_seeds: int = 3
-    """Evaluation seeds of the final SFT and RL weights (``seed``, ``seed + 1``, …): the spread
-    of their accuracies (``spread`` in ``summary.json``)."""
+    """Evaluation seeds of the untrained, final SFT and final RL weights (``seed``, ``seed + 1``,
+    …): the spread of their accuracies (``spread`` in ``summary.json``)."""
     n_report: int = 5
     """Held-out problems whose sampled answers each evaluation keeps for the page."""
-    sft_steps: int = 600
+    lora_rank: int | None = None
+    """LoRA rank (0: full fine-tuning)."""
+    sft_steps: int | None = None
     """SFT steps on the training problems."""
-    sft_batch_size: int = 64
+    sft_batch_size: int | None = None
     """Problems per SFT step."""
-    sft_learning_rate: float = 2e-3
+    sft_learning_rate: float | None = None
     """Peak learning rate of the SFT stage."""
-    sft_eval_every: int = 100
-    """Evaluate SFT every this many steps."""
-    sft_weight_decay: float = 0.1
-    """AdamW weight decay of the SFT stage: with it the tiny model learns the carry (the sudden
-    rise of the accuracy curve) in about half the steps (docs/benchmarks.md#demo)."""
-    rl_steps: int = 80
+    sft_eval_every: int | None = None
+    """Evaluate SFT every this many steps (0: before and after only)."""
+    sft_weight_decay: float | None = None
+    """AdamW weight decay of the SFT stage (on the tiny model it learns the carry in about half
+    the steps, docs/benchmarks.md#demo)."""
+    rl_steps: int | None = None
     """RL steps from the SFT checkpoint."""
-    rl_batch_size: int = 16
+    rl_batch_size: int | None = None
     """Problems per RL step (``P``)."""
-    group_size: int = 16
+    group_size: int | None = None
     """Samples per problem (``G``); the advantage is the reward minus the group's mean."""
-    rl_learning_rate: float = 2e-4
+    rl_learning_rate: float | None = None
     """Peak learning rate of the RL stage."""
     rl_lr_schedule: ScheduleKind = "linear"
     """``constant``, ``linear`` (decay to 0 at the last step) or ``cosine``."""
@@ -116,18 +170,42 @@ class DemoConfig:
     """Optimizer steps per RL batch (the batch is split into this many minibatches)."""
     normalize_advantages: bool = True
     """Divide each group's advantages by its reward standard deviation (GRPO-style)."""
-    rl_eval_every: int = 10
+    rl_eval_every: int | None = None
     """Save the RL policy every this many steps; the demo evaluates each after the run."""
     log_trajectories: bool = True
     """Log the RL rollouts under ``<out>/rl/trajectories`` (Parquet + text; docs/rl.md)."""
     num_threads: int | None = None
-    """Torch threads (process-wide); default ``$TEMPERING_NUM_THREADS``, else 1 (fastest for the
-    tiny model: two threads were slower on 2 cores, see docs/benchmarks.md)."""
+    """Torch threads (process-wide); default ``$TEMPERING_NUM_THREADS``, else the model's preset
+    (2 for smollm2; 1 for tiny: two threads were slower on 2 cores, see docs/benchmarks.md)."""
     progress: bool = True
     """Show the progress bars."""
 
     async def __call__(self) -> DemoSummary:
         return await run_demo(self)
+
+    def resolved(self) -> DemoConfig:
+        """This config with every size it leaves unset taken from its model's preset, for code
+        that reads the flat fields (``SFTStage.of(config.resolved(), "sft_")``)."""
+        sizes = attrs.asdict(self.sizes())
+        del sizes["base_model"]
+        return attrs.evolve(self, **sizes)
+
+    def sizes(self) -> DemoSizes:
+        """The model's preset with every size this config sets put in its place."""
+        if self.model not in PRESETS:
+            raise ValueError(f"DemoConfig.model is {self.model!r}; it must be one of {sorted(PRESETS)}")
+        preset = PRESETS[self.model]
+        given = {
+            f.name: getattr(self, f.name)
+            for f in attrs.fields(DemoSizes)
+            if hasattr(self, f.name) and getattr(self, f.name) is not None
+        }
+        sizes = attrs.evolve(preset, **given)
+        for name in ("n_test", "eval_samples", "sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size",
+                     "group_size", "num_threads"):  # fmt: skip
+            if getattr(sizes, name) < 1:
+                raise ValueError(f"DemoConfig.{name} is {getattr(sizes, name)}; it must be at least 1")
+        return sizes
 
 
 @attrs.frozen
@@ -136,6 +214,9 @@ class DemoSummary:
     the 95% Wilson intervals of the accuracies (``ci95``: figure name → ``(low, high)``)."""
 
     run_dir: Path
+    base_accuracy: float
+    """The untrained model's (the SFT stage's evaluation at step 0)."""
+    base_greedy_accuracy: float
     sft_accuracy: float
     rl_accuracy: float
     sft_greedy_accuracy: float
@@ -158,9 +239,9 @@ class DemoSummary:
             return text + "]"
 
         return (
-            f"held-out accuracy after SFT {acc('sft_accuracy')}, after RL {acc('rl_accuracy')} "
-            f"(sampled at T=1; greedy {acc('sft_greedy_accuracy')} -> {acc('rl_greedy_accuracy')}) "
-            f"in {self.wall_seconds:.0f} s"
+            f"held-out accuracy untrained {acc('base_accuracy')}, after SFT {acc('sft_accuracy')}, "
+            f"after RL {acc('rl_accuracy')} (sampled at T=1); greedy {acc('base_greedy_accuracy')} -> "
+            f"{acc('sft_greedy_accuracy')} -> {acc('rl_greedy_accuracy')}; in {self.wall_seconds:.0f} s"
         )
 
 
@@ -180,13 +261,14 @@ async def run_demo(config: DemoConfig) -> DemoSummary:
 
     if config.eval_seeds < 1:
         raise ValueError(f"DemoConfig.eval_seeds is {config.eval_seeds}; it must be at least 1")
+    sizes = config.sizes()
     _check_view_extra()  # the page needs the ``view`` extra: say so before training, not after
     threads = config.num_threads
     if threads is None:
-        threads = int(os.environ.get("TEMPERING_NUM_THREADS") or 1)
+        threads = int(os.environ.get("TEMPERING_NUM_THREADS") or sizes.num_threads)
     service = ServiceClient(num_threads=threads, device="cpu")
     async with recipe_session("demo", config, service=service) as s:
-        return await _run(config, s, threads)
+        return await _run(config, sizes, s, threads)
 
 
 def _check_view_extra() -> None:
@@ -205,32 +287,38 @@ def _check_view_extra() -> None:
         ) from exc
 
 
-async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummary:
+async def _run(config: DemoConfig, z: DemoSizes, s: RecipeSession, threads: int) -> DemoSummary:
     from tempering.view import write_eval_rollouts, write_static
     from tempering.view.eval_episodes import accuracy_episodes
 
     out = s.run_dir
     # 1. data
-    train_problems, test_problems = split_problems(seed=config.seed, n_test=config.n_test)
+    train_problems, test_problems = split_problems(seed=config.seed, n_test=z.n_test)
     train_path = write_chat_jsonl(train_problems, out / "data" / "train.jsonl")
     test_path = write_chat_jsonl(test_problems, out / "data" / "test.jsonl")
-    tokenizer = load_tokenizer(_BASE_MODEL)
-    renderer = get_renderer("chatml", tokenizer)
+    tokenizer = load_tokenizer(z.base_model)
+    renderer = load_renderer(z.base_model, None)  # the model's recommended chat format
 
-    def evaluator(stage: str, seed: int = config.seed) -> AccuracyEvaluator:
+    def evaluator(stage: str, seed: int = config.seed, greedy: bool = True) -> AccuracyEvaluator:
         return AccuracyEvaluator(
-            test_problems, renderer, tokenizer, num_samples=config.eval_samples, stage=stage, seed=seed,
-            n_report=config.n_report,
+            test_problems, renderer, tokenizer, num_samples=z.eval_samples, stage=stage, seed=seed,
+            n_report=config.n_report, greedy=greedy,
         )  # fmt: skip
 
-    # 2. SFT (full fine-tuning from the randomly initialised tiny model)
+    # 2. SFT (LoRA on the real model; full fine-tuning of the randomly initialised tiny model);
+    # its evaluation at step 0 is the untrained model's
     sft_eval = evaluator("sft")
     print(
-        f"tempering demo: SFT, {config.sft_steps} steps of {config.sft_batch_size} problems -> {out / 'sft'}"
+        f"tempering demo: {z.base_model}; SFT, {z.sft_steps} steps of {z.sft_batch_size} problems "
+        f"-> {out / 'sft'}"
     )
-    model = ModelConfig(base_model=_BASE_MODEL, lora_rank=0, seed=config.seed)
+    model = ModelConfig(base_model=z.base_model, lora_rank=z.lora_rank, seed=config.seed)
+    sft_stage_config = SFTStage(
+        z.sft_steps, z.sft_batch_size, z.sft_learning_rate, weight_decay=z.sft_weight_decay,
+        eval_every=z.sft_eval_every,
+    )  # fmt: skip
     sft = await sft_stage(
-        s, "sft", SFTStage.of(config, "sft_"), model=model, train_path=train_path, test_path=test_path,
+        s, "sft", sft_stage_config, model=model, train_path=train_path, test_path=test_path,
         seed=config.seed, sampling_evaluators=[sft_eval],
     )  # fmt: skip
     steps = _evaluated_steps(sft.metrics)
@@ -238,19 +326,25 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
 
     # 3. RL from the SFT checkpoint. Periodic checkpoints with sampler weights every
     # ``rl_eval_every`` steps: the demo evaluates them after the run with the SFT stage's
-    # evaluator (same problems, same seeds, answers kept for the page); the loop's own
-    # held-out pass runs once, at the end.
+    # evaluator (same problems, same seeds, answers kept for the page), so the loop has no
+    # held-out pass of its own (no test set).
+
     task = ArithmeticProblems(
-        base_model=_BASE_MODEL, seed=config.seed, n_test=config.n_test, batch_size=config.rl_batch_size,
-        group_size=config.group_size, test_group_size=config.eval_samples,
+        base_model=z.base_model, seed=config.seed, n_test=z.n_test, batch_size=z.rl_batch_size,
+        group_size=z.group_size, test_group_size=0,
     )  # fmt: skip
     print(
-        f"tempering demo: RL, {config.rl_steps} steps of {config.rl_batch_size} problems x "
-        f"{config.group_size} samples -> {out / 'rl'}"
+        f"tempering demo: RL, {z.rl_steps} steps of {z.rl_batch_size} problems x "
+        f"{z.group_size} samples -> {out / 'rl'}"
     )
+    rl_stage_config = RLStage(
+        z.rl_steps, z.rl_learning_rate, lr_schedule=config.rl_lr_schedule, save_every=z.rl_eval_every,
+        loss_fn=config.rl_loss_fn, num_substeps=config.rl_num_substeps,
+    )  # fmt: skip
     rl = await rl_stage(
-        s, "rl", RLStage.of(config, "rl_", eval_every=0, save_every=config.rl_eval_every), dataset=task,
-        model=ModelConfig(base_model=_BASE_MODEL, init_state=sft.final.state_path), max_tokens=8,
+        s, "rl", rl_stage_config, dataset=task,
+        model=ModelConfig(base_model=z.base_model, lora_rank=z.lora_rank, init_state=sft.final.state_path),
+        max_tokens=8,
         normalize_advantages=config.normalize_advantages, log_trajectories=config.log_trajectories,
     )  # fmt: skip
 
@@ -263,29 +357,32 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
         await rl_eval(await s.sampler(record.sampler_path))
         rl_samplers[record.step] = record.sampler_path
     rl_records = [
-        attrs.evolve(r, step=config.sft_steps + st)
-        for r, st in zip(rl_eval.records, rl_samplers, strict=True)
+        attrs.evolve(r, step=z.sft_steps + st) for r, st in zip(rl_eval.records, rl_samplers, strict=True)
     ]
-    sft_final, rl_final = sft_records[-1], rl_records[-1]
+    base, sft_final, rl_final = sft_records[0], sft_records[-1], rl_records[-1]
 
-    # 5. the spread: the final weights evaluated again with more evaluation seeds
+    # 5. the spread: the untrained and the final weights evaluated again with more evaluation seeds
     seeds = tuple(config.seed + k for k in range(config.eval_seeds))
     spread: dict[str, Spread] = {}
     for stage, first, path in (
+        ("base", base, None),
         ("sft", sft_final, sft.final.sampler_path),
         ("rl", rl_final, rl_samplers[max(rl_samplers)]),
     ):
         records = [first]
         for seed in seeds[1:]:
-            again = evaluator(stage, seed)
-            await again(await s.sampler(path))
+            again = evaluator(stage, seed, greedy=False)  # greedy answers do not depend on the seed
+            sampler = await (
+                s.service.create_sampling_client(base_model=z.base_model) if path is None else s.sampler(path)
+            )
+            await again(sampler)
             records.append(again.records[-1])
         spread[f"{stage}_accuracy"] = Spread(seeds, tuple(r.accuracy for r in records))
-        spread[f"{stage}_greedy_accuracy"] = Spread(seeds, tuple(r.greedy_accuracy for r in records))
+        spread[f"{stage}_greedy_accuracy"] = Spread(seeds[:1], (first.greedy_accuracy,))
 
     # 6. metrics.jsonl (the RL checkpoints' accuracies merged into the RL lines), the
     # evaluations' answers, summary.json, and the page
-    lines = _combine("sft", 0, sft.metrics) + _combine("rl", config.sft_steps, list(rl.metrics))
+    lines = _combine("sft", 0, sft.metrics) + _combine("rl", z.sft_steps, list(rl.metrics))
     rl_lines = {line["global_step"]: line for line in lines if line["stage"] == "rl"}
     for r in rl_records:
         if r.step in rl_lines:
@@ -295,16 +392,18 @@ async def _run(config: DemoConfig, s: RecipeSession, threads: int) -> DemoSummar
             f.write(json.dumps(line) + "\n")
     for r in [*sft_records, *rl_records]:
         write_eval_rollouts(out, r.step, accuracy_episodes(r))
-    figures = sft_final.figures("sft") | rl_final.figures("rl")
-    ci95 = sft_final.intervals("sft") | rl_final.intervals("rl")
+    figures = base.figures("base") | sft_final.figures("sft") | rl_final.figures("rl")
+    ci95 = base.intervals("base") | sft_final.intervals("sft") | rl_final.intervals("rl")
     extra = {
-        "n_test": config.n_test,
-        "eval_samples": config.eval_samples,
+        "model": config.model,
+        "base_model": z.base_model,
+        "n_test": z.n_test,
+        "eval_samples": z.eval_samples,
         "torch_threads": threads,
         "spread": {k: v.to_json() for k, v in spread.items()},
     }
     result = s.finish(figures, extra, ci95=ci95)
-    write_static([out], out / "view.html", per_step=max(20, config.n_report * config.eval_samples))
+    write_static([out], out / "view.html", per_step=max(20, config.n_report * z.eval_samples))
     return DemoSummary(
         run_dir=out, **figures, wall_seconds=result.figures["wall_seconds"], ci95=ci95, spread=spread
     )

@@ -78,7 +78,7 @@ def from_flags(cls: Callable[..., T], config: object, *prefixes: str, **override
 
     Example::
 
-        from_flags(SFTStage, DemoConfig(), "sft_")   # sft_steps, sft_batch_size, sft_learning_rate, ...
+        from_flags(SFTStage, DemoConfig(model="tiny").resolved(), "sft_")  # sft_steps, sft_batch_size, ...
         from_flags(MathTask, recipe, "rl_", "", n_batches=recipe.rl_steps)   # rl_batch_size, then seed, ...
     """
     values: dict[str, Any] = {}
@@ -97,7 +97,7 @@ class _FromFlags:
 
         Example::
 
-            SFTStage.of(DemoConfig(), "sft_")     # sft_steps, sft_batch_size, sft_learning_rate, ...
+            SFTStage.of(DemoConfig(model="tiny").resolved(), "sft_")  # sft_steps, sft_batch_size, ...
             RLStage.of(config, "rl_", learning_rate=2e-4, eval_every=0)
         """
         return from_flags(cls, config, prefix, **overrides)

@@ -70,7 +70,8 @@ __all__ = ["Mode", "TrajectorySFTRecipe"]
 
 Mode = Literal["rejection", "history"]
 
-_DEMO = DemoConfig()
+_DEMO = DemoConfig(model="tiny").resolved()
+_SIZES = _DEMO.sizes()
 """The demo's defaults: the self-run teacher is trained like ``tempering demo``."""
 
 
@@ -102,24 +103,24 @@ class TrajectorySFTRecipe(RecipeConfig):
     """Held-out problems (the split must match the logged run's)."""
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy."""
-    steps: int = _DEMO.sft_steps
+    steps: int = _SIZES.sft_steps
     """Student SFT steps (default: the demo's SFT stage, as are the next three)."""
-    batch_size: int = _DEMO.sft_batch_size
+    batch_size: int = _SIZES.sft_batch_size
     """Examples per student SFT step."""
-    learning_rate: float = _DEMO.sft_learning_rate
+    learning_rate: float = _SIZES.sft_learning_rate
     """Peak learning rate of the student's SFT."""
-    weight_decay: float = _DEMO.sft_weight_decay
+    weight_decay: float = _SIZES.sft_weight_decay
     """AdamW weight decay of the student's SFT."""
-    teacher_sft_steps: int = _DEMO.sft_steps
+    teacher_sft_steps: int = _SIZES.sft_steps
     """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
     the demo (``tempering demo``'s defaults for these and every other setting)."""
-    teacher_rl_steps: int = _DEMO.rl_steps
+    teacher_rl_steps: int = _SIZES.rl_steps
     """Without ``--log-dir``: the teacher's RL steps."""
-    teacher_rl_batch_size: int = _DEMO.rl_batch_size
+    teacher_rl_batch_size: int = _SIZES.rl_batch_size
     """Without ``--log-dir``: problems per teacher RL step."""
-    teacher_group_size: int = _DEMO.group_size
+    teacher_group_size: int = _SIZES.group_size
     """Without ``--log-dir``: samples per problem in the teacher's RL."""
-    teacher_learning_rate: float = _DEMO.rl_learning_rate
+    teacher_learning_rate: float = _SIZES.rl_learning_rate
     """Without ``--log-dir``: the teacher's RL learning rate."""
 
     NAME: ClassVar[str] = "trajectory-sft"
