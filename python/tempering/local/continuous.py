@@ -25,27 +25,17 @@ import numpy as np
 import torch
 from tinker import types as ttypes
 from tinker.types.topk_logprobs import TopkLogprobs
-from transformers import DynamicCache
 
 from tempering.local.decoding import (
     MAX_BATCH_ROWS,
     SampleRequest,
     SamplerModel,
-    plain_dynamic_cache,
 )
 from tempering.local.draws import draw_tokens, sampling_logprobs
-from tempering.local.fastdecode import StaticKV, prefill_batch, supports_static_decoding
+from tempering.local.fastdecode import StaticKV, prefill_batch
 from tempering.local.scores import PromptScores, topk_of
 
-__all__ = ["ContinuousBatch", "continuous_batching_applies"]
-
-
-def continuous_batching_applies(sampler: SamplerModel) -> bool:
-    """Whether ``sampler`` decodes with static decoding, and so with continuous batching."""
-    if not supports_static_decoding(sampler.model):
-        return False
-    cache = DynamicCache(config=getattr(sampler.model, "config", None))
-    return plain_dynamic_cache(cache) if cache.layers else True
+__all__ = ["ContinuousBatch", "length_groups"]
 
 
 PADDING_WASTE = 0.25

@@ -247,6 +247,12 @@ def plain_dynamic_cache(cache: DynamicCache) -> bool:
     return all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
+def has_plain_cache(model: nn.Module) -> bool:
+    """Whether the KV cache ``model``'s config builds is the plain dynamic cache (extendable row
+    by row; not a sliding-window or hybrid one). A model without a config gets the plain one."""
+    return plain_dynamic_cache(DynamicCache(config=getattr(model, "config", None)))
+
+
 class Decoder:
     """Decodes a batch of requests together. Row ``n`` belongs to request ``req_N[n]``."""
 

@@ -34,7 +34,7 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from tempering.local.decoding import cache_kwargs
+from tempering.local.decoding import cache_kwargs, has_plain_cache
 
 __all__ = ["ARCHITECTURES", "StaticKV", "supports_static_decoding"]
 
@@ -72,7 +72,7 @@ def supports_static_decoding(model: nn.Module) -> bool:
     layers = getattr(body, "layers", None)
     if not isinstance(layers, nn.ModuleList) or getattr(body, "rotary_emb", None) is None:
         return False
-    return all(
+    return has_plain_cache(inner) and all(
         hasattr(layer, "self_attn") and hasattr(layer, "mlp") and hasattr(layer, "input_layernorm")
         for layer in layers
     )

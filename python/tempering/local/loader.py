@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from tempering.local.model import (
     LORA_ALPHA,
     Placement,
     apply_lora,
+    frozen_shared_copy,
     load_base_model,
     load_tokenizer,
     lora_targets,
@@ -130,8 +130,7 @@ class ModelLoader:
             base = self.base(base_model)
             meta = _lora_meta(base.model, lora)
             # Copy the module tree, not the frozen base parameters (no client writes to them).
-            memo: dict[int, object] = {id(p): p for p in base.model.parameters()}
-            trained: torch.nn.Module = apply_lora(copy.deepcopy(base.model, memo), meta, seed)
+            trained: torch.nn.Module = apply_lora(frozen_shared_copy(base.model), meta, seed)
             move(trained, self.placement.device)
             spec = ModelSpec(base.name, base.model_dir, meta)
             return self._client(trained, spec, base.tokenizer)

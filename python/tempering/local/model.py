@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -35,6 +36,7 @@ __all__ = [
     "LORA_ALPHA",
     "Placement",
     "apply_lora",
+    "frozen_shared_copy",
     "hf_model",
     "inference_copy",
     "load_base_model",
@@ -46,6 +48,8 @@ __all__ = [
     "sampling_copy",
     "trainable_parameters",
 ]
+
+_M = TypeVar("_M", bound=nn.Module)
 
 LORA_ALPHA = 32
 """LoRA's alpha; the adapter's output is scaled by ``alpha / rank``."""
@@ -248,6 +252,13 @@ def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def frozen_shared_copy(module: _M) -> _M:
+    """A copy of ``module`` whose frozen parameters (``requires_grad=False``) are the same
+    tensors as the original's: only the module tree and the trainable parameters are copied."""
+    memo: dict[int, object] = {id(p): p for p in module.parameters() if not p.requires_grad}
+    return copy.deepcopy(module, memo)
+
+
 def sampling_copy(model: nn.Module) -> nn.Module:
     """Frozen weights to sample from, as they are now, sharing everything that cannot change.
 
@@ -262,11 +273,7 @@ def sampling_copy(model: nn.Module) -> nn.Module:
     if not trained:
         model.eval()
         return model
-    if isinstance(model, PeftModel):
-        memo: dict[int, object] = {id(p): p for p in model.parameters() if not p.requires_grad}
-        snapshot = copy.deepcopy(model, memo)
-    else:
-        snapshot = copy.deepcopy(model)
+    snapshot = frozen_shared_copy(model) if isinstance(model, PeftModel) else copy.deepcopy(model)
     snapshot.requires_grad_(False)
     snapshot.eval()
     return snapshot

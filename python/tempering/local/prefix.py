@@ -30,7 +30,7 @@ from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from tempering.local.decoding import cache_kwargs
+from tempering.local.decoding import cache_kwargs, has_plain_cache
 
 __all__ = [
     "PrefixPlan",
@@ -56,8 +56,7 @@ def supports_prefix_sharing(model: nn.Module) -> bool:
     config = getattr(model, "config", None)
     if config is None:
         return False
-    cache = DynamicCache(config=config)
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+    return has_plain_cache(model)
 
 
 @dataclass(frozen=True)

@@ -33,17 +33,18 @@ from concurrent.futures import Future as ConcurrentFuture
 import tinker
 import torch
 from tinker import types as ttypes
-from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from tempering.local.continuous import ContinuousBatch, continuous_batching_applies
+from tempering.local.continuous import ContinuousBatch
 from tempering.local.decoding import (
     MAX_BATCH_ROWS,
     Decoder,
     SampleRequest,
     SamplerModel,
+    has_plain_cache,
     make_request,
-    plain_dynamic_cache,
 )
+from tempering.local.fastdecode import supports_static_decoding
 from tempering.local.futures import LocalFuture, new_executor
 
 __all__ = ["LocalSamplingClient", "SamplerModel"]
@@ -98,7 +99,7 @@ class _SamplerState:
             sampler = self.model.result()
         except BaseException:
             sampler = None
-        if sampler is not None and continuous_batching_applies(sampler):
+        if sampler is not None and supports_static_decoding(sampler.model):
             self._run_continuously(sampler)
             return
         while True:
@@ -177,8 +178,7 @@ _Unmade = tuple[Callable[[SamplerModel], SampleRequest], ConcurrentFuture[ttypes
 
 
 def _coalescable(sampler: SamplerModel) -> bool:
-    cache = DynamicCache(config=getattr(sampler.model, "config", None))
-    return plain_dynamic_cache(cache) if cache.layers else True
+    return has_plain_cache(sampler.model)
 
 
 class LocalSamplingClient:

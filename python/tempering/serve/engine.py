@@ -352,15 +352,20 @@ class Engine:
         return self.submit_ordered(call.model_id, call.seq_id, forward_backward_job(call))
 
     def optim_step(self, request: ttypes.OptimStepRequest) -> str:
-        job = optim_step_job(request)
-        model_id = request.model_id
+        job = self._new_weights(request.model_id, optim_step_job(request))
+        return self.submit_ordered(request.model_id, request.seq_id, job)
 
-        def step(trainer: LocalTrainingClient) -> Payload:
+    def _new_weights(
+        self, model_id: str, job: Callable[[LocalTrainingClient], Payload]
+    ) -> Callable[[LocalTrainingClient], Payload]:
+        """``job``, then a new weights version of ``model_id`` for the sampler pool's snapshots."""
+
+        def run(trainer: LocalTrainingClient) -> Payload:
             payload = job(trainer)
-            self.pool.bump(model_id)  # a new weights version for the snapshots
+            self.pool.bump(model_id)
             return payload
 
-        return self.submit_ordered(request.model_id, request.seq_id, step)
+        return run
 
     def save_state(self, request: ttypes.SaveWeightsRequest) -> str:
         return self.submit_ordered(request.model_id, request.seq_id, save_state_job(self.store, request))
@@ -410,15 +415,8 @@ class Engine:
         assert request.model_id is not None
         path = to_local_path(request.path)
         self.check_checkpoint(path)
-        job = load_state_job(request, path)
-        model_id = request.model_id
-
-        def load(trainer: LocalTrainingClient) -> Payload:
-            payload = job(trainer)
-            self.pool.bump(model_id)
-            return payload
-
-        return self.submit_ordered(request.model_id, request.seq_id, load)
+        job = self._new_weights(request.model_id, load_state_job(request, path))
+        return self.submit_ordered(request.model_id, request.seq_id, job)
 
     async def get_info(self, model_id: str) -> dict[str, object]:
         model = self.model(model_id)
