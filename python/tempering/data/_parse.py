@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TypeAlias, cast
 
 from tempering.data._rows import RowError
+from tempering.data.jsontext import JSONNestingError, loads_bounded
 from tempering_protocols import Comparison, LabeledComparison, Message, ToolCall
 
 __all__ = ["ROLES", "Conversation", "parse_chat_row", "parse_comparison_row", "parse_messages"]
@@ -45,8 +46,8 @@ def _tool_call(value: object, where: str) -> ToolCall:
     if not isinstance(arguments, str):
         raise RowError(f"{where} ({name}) has arguments of type {_type(arguments)}, not a JSON object")
     try:
-        decoded: object = json.loads(arguments)
-    except json.JSONDecodeError:
+        decoded: object = loads_bounded(arguments)
+    except (json.JSONDecodeError, JSONNestingError):
         decoded = None
     if not isinstance(decoded, dict):
         raise RowError(f"{where} ({name}) has arguments that are not a JSON object: {arguments!r:.60}")

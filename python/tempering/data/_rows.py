@@ -16,6 +16,8 @@ from typing import BinaryIO, Literal, TypeAlias, TypeVar
 
 import attrs
 
+from tempering.data.jsontext import JSONNestingError, loads_bounded
+
 __all__ = [
     "MAX_LINE_BYTES",
     "BadRows",
@@ -207,9 +209,12 @@ def _jsonl_rows(path: str) -> Iterator[tuple[int, object, str | None]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = loads_bounded(line)
             except json.JSONDecodeError as exc:
                 yield number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
+                continue
+            except JSONNestingError as exc:
+                yield number, None, f"{exc} (tempering.data.jsontext.MAX_JSON_DEPTH)"
                 continue
             if "\\u" in line and (bad := _lone_surrogate(row)) is not None:
                 yield number, None, f"a lone surrogate escape (not valid Unicode): {bad}"
