@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "tempering.assets",
                 "tempering.grading",
                 "tempering.model_info",
+                "tempering.fs",
                 "tempering.tools",
             }
         ),

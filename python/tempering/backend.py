@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import sys
 import warnings
@@ -22,6 +23,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from tempering.fs import path_kind
 from tempering.model_info import packaged_model, resolve_renderer_name
 from tempering_protocols import Future, Renderer, SamplingClient, Tokenizer, TrainingClient
 
@@ -170,8 +172,44 @@ def load_tokenizer(base_model: str) -> Tokenizer:
         found = resolve_cached(base_model, default_root())
         if found is not None:
             name = str(found)
+    else:
+        check_model_path(base_model)
     tokenizer: Tokenizer = AutoTokenizer.from_pretrained(name)
     return tokenizer
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_path(base_model: str) -> None:
+    """Refuse a ``base_model`` that names a filesystem path which is not a model, before any
+    library is asked to load it: a missing path, a file, or a directory with no ``config.json``
+    or no tokenizer. A hub name (``org/name``) that does not exist locally passes (loaded from
+    the hub where the network allows).
+
+    Raises ``FileNotFoundError`` (missing) or ``ValueError`` naming the path and what to give.
+    """
+    what = (
+        "give a Hugging Face model directory (config.json, weights, tokenizer), a .gguf file, or a model name"
+    )
+    path = Path(base_model).expanduser()
+    looks_like_path = base_model.startswith(("/", "./", "../", "~")) or path.exists()
+    if not looks_like_path:
+        return
+    kind = path_kind(path)
+    if kind.startswith("missing"):
+        raise FileNotFoundError(
+            errno.ENOENT, f"base model {base_model}: no such directory ({kind}); {what}", base_model
+        )
+    if kind != "a directory":
+        raise ValueError(f"base model {base_model} is {kind}, not a model directory; {what}")
+    missing = [] if (path / "config.json").is_file() else ["config.json"]
+    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+        missing.append("a tokenizer (tokenizer.json or tokenizer_config.json)")
+    if missing:
+        raise ValueError(
+            f"base model {base_model} is a directory but not a model: missing {' and '.join(missing)}; {what}"
+        )
 
 
 def _names_gguf(base_model: str) -> bool:

@@ -42,9 +42,11 @@ def _tyro_cli(cls: type[Any], argv: Sequence[str], prog: str, description: str) 
     import tyro
 
     from tempering.cli._budgets import apply_docs_test_budgets
+    from tempering.cli._checks import check_config, check_flags
     from tempering.cli._help import plain_help
 
     plain_help()
+    check_flags(argv)
     config = tyro.cli(
         cls,
         args=list(argv),
@@ -52,6 +54,7 @@ def _tyro_cli(cls: type[Any], argv: Sequence[str], prog: str, description: str) 
         description=description,
         config=(tyro.conf.CascadeSubcommandArgs,),
     )
+    check_config(config)  # counts, numbers and paths, by flag name, before anything is written
     return apply_docs_test_budgets(config)  # TEMPERING_DOCS_TEST=1: tiny budgets (docs/faults.md)
 
 
@@ -176,14 +179,17 @@ def _missing_local_module(exc: BaseException) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``tempering ARGS``: run the command; a missing ``local`` extra is one line, exit 1."""
+    from tempering.cli._errors import debug_requested, run_guarded
+
     args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(args_list)
+    command = args_list[0] if args_list else ""
     try:
-        return _main(args_list)
+        return run_guarded(command, lambda: _main(args_list), debug=debug)
     except ImportError as exc:
         missing = _missing_local_module(exc)
         if missing is None:
             raise
-        command = args_list[0] if args_list else ""
         print(
             f"tempering {command}: the local engine needs the `local` extra ({missing!r} is not "
             "installed): pip install 'tempering[local]'; or set TINKER_API_KEY to train on the "

@@ -251,9 +251,13 @@ def _prune(args: argparse.Namespace) -> int:
                 f"tempering checkpoints prune: {run.path} is not a run directory (no checkpoints.jsonl)"
             )
         store = _store(args)
-        removed = prune_run(
-            run, args.keep_last, remove=lambda p: _drop(store, p, remove_checkpoint), dry_run=args.dry_run
-        )
+        run.lock()  # a trainer writing the run refuses the prune (RunLockedError, named)
+        try:
+            removed = prune_run(
+                run, args.keep_last, remove=lambda p: _drop(store, p, remove_checkpoint), dry_run=args.dry_run
+            )
+        finally:
+            run.close()
         verb = "would remove" if args.dry_run else "removed"
         for r in removed:
             print(f"{verb} {r.name} (step {r.step}): {r.state_path}")

@@ -7,6 +7,7 @@ then), read as a stream so nothing is cached on disk.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ from typing import BinaryIO, Literal, TypeAlias, TypeVar
 import attrs
 
 from tempering.data.jsontext import JSONNestingError, loads_bounded
+from tempering.fs import path_kind
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -260,8 +262,11 @@ def parse_rows(
     """
     fmt = infer_format(path, format)
     name = os.fspath(path)
-    if not Path(name).is_file():
-        raise FileNotFoundError(f"{name}: no such file")
+    kind = path_kind(name)
+    if kind.startswith("missing"):
+        raise FileNotFoundError(errno.ENOENT, f"{name}: no such file ({kind})", name)
+    if kind != "a regular file":  # a FIFO would block, a directory reads as "no such file"
+        raise DataError(name, None, f"is {kind}, not a regular file; give the path of a data file")
     unit = "line" if fmt == "jsonl" else "row"
     rows = _jsonl_rows(name) if fmt == "jsonl" else _hf_rows(name, fmt)
     for number, row, error in rows:

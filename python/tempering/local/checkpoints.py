@@ -38,6 +38,7 @@ from typing import Any, Literal, TypeAlias, cast
 import torch
 from safetensors.torch import load_file, save_file
 
+from tempering.fs import naming
 from tempering.local.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -264,7 +265,7 @@ class CheckpointStore:
                 f"checkpoint name {name!r} is taken ({SCHEME}{run_id}/{meta.kind}/{name}); "
                 "choose another name, or pass overwrite=True to replace it"
             )
-        with staged_dir(target, prefix=f".{name}-") as scratch:
+        with naming(target), staged_dir(target, prefix=f".{name}-") as scratch:
             save_file(_contiguous_cpu(weights), str(scratch / "weights.safetensors"))
             if optimizer is not None:
                 save_file(_contiguous_cpu(optimizer), str(scratch / "optimizer.safetensors"))

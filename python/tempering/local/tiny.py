@@ -29,6 +29,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tempering.fs import naming
 from tempering.local._hf import GLOBAL_RNG_LOCK, quiet_progress
 
 __all__ = [
@@ -130,16 +131,17 @@ def build_tiny_model(directory: str | os.PathLike[str], seed: int = 0) -> Path:
     The directory is created if needed; files already there are overwritten. Returns its path.
     """
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
+    with naming(path, doing="creating the model directory"):
+        path.mkdir(parents=True, exist_ok=True)
     with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(tiny_config())
     model.generation_config = GenerationConfig(
         bos_token_id=_BOS, eos_token_id=[_IM_END, _EOS], pad_token_id=_PAD
     )
-    with quiet_progress():
+    with naming(path, doing="writing the tiny model to"), quiet_progress():
         model.save_pretrained(path)
-    build_tiny_tokenizer().save_pretrained(path)
+        build_tiny_tokenizer().save_pretrained(path)
     return path
 
 

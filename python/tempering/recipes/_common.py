@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import math
@@ -37,6 +38,7 @@ from tempering.backend import (
     service_client,
     uses_hosted_service,
 )
+from tempering.fs import LOCK_NAME, DirLock, path_kind
 from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
@@ -245,13 +247,31 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def prepare_run_dir(name: str, out: str | None) -> Path:
-    """``out`` (replaced if it exists), else ``runs/<name>-<timestamp>``; created, returned."""
+def prepare_run_dir(name: str, out: str | None) -> tuple[Path, DirLock]:
+    """``out`` (emptied if it exists), else ``runs/<name>-<timestamp>``; created and locked
+    (:class:`tempering.fs.DirLock`: a recipe running there in another process is refused with
+    ``DirLockedError`` before anything is removed). Returns the path and the held lock."""
     path = Path(out) if out is not None else Path("runs") / f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path
+    kind = path_kind(path)
+    if kind not in ("a directory", "missing"):
+        raise NotADirectoryError(
+            errno.ENOTDIR,
+            f"the recipe's output {path} is {kind}, not a directory; choose another --out",
+            str(path),
+        )
+    lock = DirLock.acquire(path, what="recipe output directory")
+    try:
+        for entry in path.iterdir():
+            if entry.name == LOCK_NAME:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    except BaseException:
+        lock.release()
+        raise
+    return path, lock
 
 
 def recipe_service(base_model: str) -> ServiceClient:
@@ -412,5 +432,6 @@ async def recipe_session(
     if service is None:
         service = recipe_service(base_model if base_model is not None else config.base_model)
     with ending_session(service):
-        run_dir = prepare_run_dir(name, config.out)
-        yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)
+        run_dir, lock = prepare_run_dir(name, config.out)
+        with lock:
+            yield RecipeSession(name, run_dir, service, config, getattr(config, "progress", True), t_start)

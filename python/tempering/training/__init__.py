@@ -25,7 +25,14 @@ from tempering.training.loop import (
     run_pipelined,
 )
 from tempering.training.progress import ProgressBar, format_duration
-from tempering.training.rundir import CheckpointRecord, IfExists, RunDir, RunExistsError, config_to_json
+from tempering.training.rundir import (
+    CheckpointRecord,
+    IfExists,
+    RunDir,
+    RunExistsError,
+    RunLockedError,
+    config_to_json,
+)
 from tempering.training.schedule import AdamConfig, LRSchedule, ScheduleKind
 
 __all__ = [
@@ -40,6 +47,7 @@ __all__ = [
     "RunConfig",
     "RunDir",
     "RunExistsError",
+    "RunLockedError",
     "ScheduleKind",
     "TensorBoardSink",
     "TrainResult",

@@ -268,6 +268,7 @@ class TrainingLoop:
                 owns_service=owns_service,
             )
         except BaseException as exc:
+            run_dir.close()
             if owns_service:
                 end_session(service, exc)
             raise
@@ -357,6 +358,7 @@ class TrainingLoop:
         created itself (:meth:`open` without ``service``) is closed too: a hosted session is
         finished as ``success``, ``errored`` or ``interrupted``."""
         self.close()
+        self.run_dir.close()  # the run directory's lock: another process may write it now
         if self.owns_service:
             self.owns_service = False
             end_session(self.service, exc)

@@ -17,6 +17,7 @@ can be cut back to exactly those lines and every later line is computed once mor
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -30,13 +31,17 @@ from typing import Any, Literal, TypeAlias, cast
 
 import attrs
 
+from tempering.fs import DirLock, DirLockedError, naming, path_kind
+
 __all__ = [
     "CheckpointRecord",
     "IfExists",
     "RunDir",
     "RunDirCorruptError",
     "RunExistsError",
+    "RunLockedError",
     "config_to_json",
+    "opened_run_dirs",
 ]
 
 IfExists: TypeAlias = Literal["resume", "refuse", "overwrite"]
@@ -49,6 +54,21 @@ _RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints.jsonl", "state.json")
 
 class RunExistsError(RuntimeError):
     """The run directory holds a run that may not be resumed (or ``if_exists="refuse"``)."""
+
+
+class RunLockedError(RunExistsError):
+    """Another process is writing the run directory; the message names it (pid, host, start time)."""
+
+
+def _check_directory(path: Path) -> None:
+    """Refuse a run directory path that is something other than a directory, naming what it is."""
+    kind = path_kind(path)
+    if kind not in ("a directory", "missing"):
+        raise NotADirectoryError(
+            errno.ENOTDIR,
+            f"the run directory {path} is {kind}, not a directory; choose another --run.log-dir",
+            str(path),
+        )
 
 
 class RunDirCorruptError(RunExistsError):
@@ -105,6 +125,11 @@ def _parse_json(
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so a reader sees the old file or the new one, never a mix."""
+    with naming(path):
+        _write_atomic_unnamed(path, text)
+
+
+def _write_atomic_unnamed(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
@@ -246,6 +271,19 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_OPENED: list[RunDir] = []
+"""The run directories this process opened for a run, oldest first (:func:`opened_run_dirs`)."""
+
+
+def opened_run_dirs() -> list[RunDir]:
+    """The run directories this process opened with :meth:`RunDir.open`, each once, in order
+    (the CLI says after Ctrl-C how each one resumes)."""
+    seen: dict[Path, RunDir] = {}
+    for run in _OPENED:
+        seen.setdefault(run.path.resolve(), run)
+    return list(seen.values())
+
+
 class RunDir:
     """A run directory (see the module docstring for the layout).
 
@@ -260,6 +298,30 @@ class RunDir:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._warned_non_finite: set[str] = set()
+        self._lock: DirLock | None = None
+
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the directory's lock (taken by :meth:`open` and :meth:`lock`)."""
+        return self._lock is not None and self._lock.held
+
+    def lock(self) -> RunDir:
+        """Take the directory's exclusive lock (:class:`tempering.fs.DirLock`) until :meth:`close`.
+
+        Raises :class:`RunLockedError` naming the process that holds it.
+        """
+        if not self.locked:
+            try:
+                self._lock = DirLock.acquire(self.path, what="run directory")
+            except DirLockedError as exc:
+                raise RunLockedError(str(exc)) from None
+        return self
+
+    def close(self) -> None:
+        """Release the lock (idempotent); the files stay."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     @property
     def config_path(self) -> Path:
@@ -296,9 +358,24 @@ class RunDir:
         equals this config, top-level fields in ``ignore_on_resume`` aside), refused
         (``"refuse"``), or emptied of the run's files and started afresh (``"overwrite"``).
         Nothing is ever asked interactively. Raises :class:`RunExistsError`.
+
+        The returned run directory holds its lock (one writer at a time; :meth:`close` releases
+        it): a run directory in use by another process raises :class:`RunLockedError`.
         """
         run = cls(path)
         new_json = config_to_json(config)
+        _check_directory(run.path)
+        run.lock()
+        _OPENED.append(run)
+        try:
+            resumed = run._open(new_json, if_exists, ignore_on_resume)
+        except BaseException:
+            run.close()
+            raise
+        return run, resumed
+
+    def _open(self, new_json: dict[str, Any], if_exists: IfExists, ignore_on_resume: frozenset[str]) -> bool:
+        run = self
         if run.exists():
             if if_exists == "refuse":
                 raise RunExistsError(
@@ -327,14 +404,13 @@ class RunDir:
                 if extended:  # a longer run: record the new length, so later resumes compare to it
                     new_json[_FILES_KEY] = old_json.get(_FILES_KEY)
                     _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
-                return run, True
+                return True
             for name in _RUN_FILES:
                 (run.path / name).unlink(missing_ok=True)
             shutil.rmtree(run.path / "logs", ignore_errors=True)
-        run.path.mkdir(parents=True, exist_ok=True)
         new_json[_FILES_KEY] = _data_files(new_json, ignore_on_resume)
         _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
-        return run, False
+        return False
 
     def read_config(self) -> dict[str, Any]:
         """``config.json``; :class:`RunDirCorruptError` naming the file and line if it is not JSON."""
@@ -368,7 +444,7 @@ class RunDir:
                 ", ".join(new),
                 ", ".join(f"{k}={line[k]}" for k in new),
             )
-        with self.metrics_path.open("a") as f:
+        with naming(self.metrics_path), self.metrics_path.open("a") as f:
             f.write(_metrics_json(line) + "\n")
             f.flush()
             os.fsync(f.fileno())
