@@ -109,6 +109,12 @@ def run_guarded(command: str, body: Callable[[], int], *, debug: bool) -> int:
     """Run ``body`` (a command), turning the errors a user can cause into one-line messages."""
     try:
         return body()
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise  # argparse and tyro have printed their message; their exit code stands
+        text = exc.code if exc.code.startswith("tempering") else f"tempering {command}: {exc.code}"
+        print(text, file=sys.stderr)
+        return _EXIT_BAD_INPUT
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()
