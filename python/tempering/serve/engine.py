@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -88,6 +89,10 @@ __all__ = [
 ]
 
 
+_LOOKED_IN = re.compile(r" \(looked in [^)]*\)")
+"""The local store's "(looked in DIRECTORY)" after a missing checkpoint's path."""
+
+
 class Engine:
     """The local engine behind the wire protocol (see the module docstring).
 
@@ -105,9 +110,9 @@ class Engine:
         threads = os.environ.get("TEMPERING_NUM_THREADS")
         if threads:
             set_torch_threads(int(threads))
+        self.placement: Placement = resolve_placement(device, dtype)  # a bad one: nothing written yet
         self.store = CheckpointStore(data_dir)
         self.store.root.mkdir(parents=True, exist_ok=True)
-        self.placement: Placement = resolve_placement(device, dtype)
         self.futures = FutureTable()
         self.sessions = Sessions()
         self.models: dict[str, TrainingModel] = {}
@@ -296,7 +301,9 @@ class Engine:
             self.store.read_meta(local_path)
         except LocalEngineError as exc:
             status = 404 if isinstance(exc, FileNotFoundError) else 400
-            raise RequestError(status, str(exc).replace(SCHEME, TINKER_SCHEME)) from exc
+            # where the server looked is its own business: the client's tinker:// path says it all
+            message = _LOOKED_IN.sub("", str(exc)).replace(SCHEME, TINKER_SCHEME)
+            raise RequestError(status, message) from exc
         expires = self.store.annotations(local_path).get("expires_at")
         if local_path.startswith(SCHEME) and expires is not None and float(expires) < time.time():
             remove_checkpoint(self.store, local_path)
