@@ -6,8 +6,9 @@ told about its own ``tinker://`` paths instead, never where the server keeps its
 :class:`PathScrubber` rewrites a message bound for a client: a checkpoint directory (or a file in
 one) becomes its ``tinker://`` path, and any other path under the data directory, the server's
 ``$TEMPERING_HOME``, its temporary directory or the home directory becomes ``<data dir>/...``,
-``<tempering home>/...``, ``<temp dir>/...`` or ``<home>/...``. The server's own log keeps the
-full paths.
+``<tempering home>/...``, ``<temp dir>/...`` or ``<home>/...``; the local store's
+``tempering://`` paths are the client's ``tinker://`` ones. The server's own log keeps the full
+paths.
 
 Example::
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+
+from tempering.local.checkpoints import SCHEME
 
 __all__ = ["PathScrubber"]
 
@@ -56,4 +59,4 @@ class PathScrubber:
             message = pattern.sub(lambda m: f"tinker://{m[1]}/{m[2]}/{m[3]}", message)
         for pattern, label in self._roots:
             message = pattern.sub(label, message)
-        return message
+        return message.replace(SCHEME, "tinker://")

@@ -92,7 +92,8 @@ def option_problems(
     if not (math.isfinite(read_timeout_s) and read_timeout_s > 0):
         problems.append(
             f"--read-timeout {read_timeout_s:g} is not a timeout: give a positive number of seconds "
-            f"(default {DEFAULT_READ_TIMEOUT_S:g}; how long a request's headers, or a pause in its body, may take)"
+            f"(default {DEFAULT_READ_TIMEOUT_S:g}; how long a request's headers, or a pause in its "
+            "body, may take)"
         )
     for name in ("TEMPERING_NUM_THREADS", "TEMPERING_SERVE_RESIDENT_SAMPLERS"):
         value = env.get(name, "")
