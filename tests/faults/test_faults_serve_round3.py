@@ -298,7 +298,9 @@ def _write_meta(directory: Path, base_model: str) -> None:
 
 
 def _session(client: httpx.Client) -> str:
-    response = client.post("/api/v1/create_session", json={"tags": [], "user_metadata": None, "sdk_version": "0.38"})
+    response = client.post(
+        "/api/v1/create_session", json={"tags": [], "user_metadata": None, "sdk_version": "0.38"}
+    )
     return str(response.json()["session_id"])
 
 
@@ -318,7 +320,11 @@ def test_a_missing_checkpoint_names_the_tinker_path_not_the_data_dir(
             "/api/v1/create_sampling_session",
             {"session_id": session, "sampling_session_seq_id": 0, "model_path": missing},
         ),
-        ("POST", "/api/v1/load_weights", {"session_id": session, "model_seq_id": 0, "path": missing, "optimizer": False}),
+        (
+            "POST",
+            "/api/v1/load_weights",
+            {"session_id": session, "model_seq_id": 0, "path": missing, "optimizer": False},
+        ),
         ("POST", "/api/v1/weights_info", {"tinker_path": missing}),
         ("POST", "/api/v1/copy_weights", {"source_path": missing, "destination_project_id": "p"}),
         ("DELETE", ckpt, None),
@@ -343,7 +349,12 @@ def test_a_broken_checkpoint_names_no_server_path(server: ServerProcess, client:
     session = _session(client)
     started = client.post(
         "/api/v1/load_weights",
-        json={"session_id": session, "model_seq_id": 0, "path": "tinker://run-broken/weights/no-weights", "optimizer": False},
+        json={
+            "session_id": session,
+            "model_seq_id": 0,
+            "path": "tinker://run-broken/weights/no-weights",
+            "optimizer": False,
+        },
     )
     assert started.status_code == 200, started.text
     request_id = started.json()["request_id"]
@@ -371,9 +382,10 @@ def test_a_broken_checkpoint_names_no_server_path(server: ServerProcess, client:
 def test_path_scrubber_rewrites_server_paths(tmp_path: Path) -> None:
     data = tmp_path / "data"
     scrub = PathScrubber(data, home=tmp_path / "home")
-    assert scrub(f"no checkpoint (looked in {data}/checkpoints/r/weights/x)") == (
-        "no checkpoint (looked in tinker://r/weights/x)"
-    )
+    assert scrub(
+        f"no checkpoint at 'tempering://r/weights/x' (looked in {data}/checkpoints/r/weights/x)"
+    ) == ("no checkpoint at 'tinker://r/weights/x'")
+    assert scrub(f"see {data}/checkpoints/r/weights/x") == "see tinker://r/weights/x"
     assert scrub(f"{data}/checkpoints/r/sampler_weights/x/weights.safetensors is truncated") == (
         "tinker://r/sampler_weights/x/weights.safetensors is truncated"
     )

@@ -10,6 +10,10 @@ Conventions the SDK relies on (measured against tinker 0.38):
   queued (bad key, unknown model or checkpoint, malformed body, unsupported option) gets a 4xx
   with a JSON body ``{"detail": message}``: never a 5xx, 408, 409 or 429 (the SDK retries those
   for minutes) and never a 400 with an empty body (the SDK takes that for a proxy glitch).
+- JSON bodies nest at most ``tempering.data.jsontext.MAX_JSON_DEPTH`` deep (a 400 past it); no
+  answer names a path on the server (:mod:`tempering.serve.private`). A request whose headers or
+  body stall past ``--read-timeout`` gets a 408 from the connection itself
+  (:mod:`tempering.serve.protocol`), and a client gone mid-body is logged at INFO.
 - ``forward_backward`` bodies arrive as protobuf, and its results and ``asample``'s go back as
   protobuf; everything else is JSON.
 """
@@ -84,8 +88,8 @@ def build_app(
     if not api_key:
         raise ValueError("api_key is empty: the server would accept any client")
     expected_key = api_key.encode()
+    # every message a client gets goes through it: no server paths (tempering.serve.private)
     scrub = PathScrubber(engine.store.root, home=default_root())
-    """Every message a client gets goes through it: no server paths (:mod:`tempering.serve.private`)."""
 
     def check_key(request: Request) -> None:
         given = request.headers.get("x-api-key", "").encode()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -87,10 +86,6 @@ __all__ = [
     "error_category",
     "to_local_path",
 ]
-
-
-_LOOKED_IN = re.compile(r" \(looked in [^)]*\)")
-"""The local store's "(looked in DIRECTORY)" after a missing checkpoint's path."""
 
 
 class Engine:
@@ -301,9 +296,7 @@ class Engine:
             self.store.read_meta(local_path)
         except LocalEngineError as exc:
             status = 404 if isinstance(exc, FileNotFoundError) else 400
-            # where the server looked is its own business: the client's tinker:// path says it all
-            message = _LOOKED_IN.sub("", str(exc)).replace(SCHEME, TINKER_SCHEME)
-            raise RequestError(status, message) from exc
+            raise RequestError(status, str(exc).replace(SCHEME, TINKER_SCHEME)) from exc
         expires = self.store.annotations(local_path).get("expires_at")
         if local_path.startswith(SCHEME) and expires is not None and float(expires) < time.time():
             remove_checkpoint(self.store, local_path)

@@ -3,12 +3,12 @@
 An error from the local engine names files as a local user needs them (``no checkpoint at ...
 (looked in /home/me/.cache/tempering/checkpoints/run-1/weights/x)``); a client of the server is
 told about its own ``tinker://`` paths instead, never where the server keeps its data.
-:class:`PathScrubber` rewrites a message bound for a client: a checkpoint directory (or a file in
-one) becomes its ``tinker://`` path, and any other path under the data directory, the server's
-``$TEMPERING_HOME``, its temporary directory or the home directory becomes ``<data dir>/...``,
-``<tempering home>/...``, ``<temp dir>/...`` or ``<home>/...``; the local store's
-``tempering://`` paths are the client's ``tinker://`` ones. The server's own log keeps the full
-paths.
+:class:`PathScrubber` rewrites a message bound for a client: where the store "looked in" for a
+missing checkpoint is dropped; a checkpoint directory (or a file in one) becomes its
+``tinker://`` path; any other path under the data directory, the server's ``$TEMPERING_HOME``,
+its temporary directory or the home directory becomes ``<data dir>/...``, ``<tempering
+home>/...``, ``<temp dir>/...`` or ``<home>/...``; the local store's ``tempering://`` paths are
+the client's ``tinker://`` ones. The server's own log keeps the full paths.
 
 Example::
 
@@ -29,6 +29,9 @@ __all__ = ["PathScrubber"]
 
 _PART = r"[^/\s'\"()]+"
 """One path component as it appears inside a message (quotes and brackets end it)."""
+
+_LOOKED_IN = re.compile(r" \(looked in /[^)]*\)")
+"""The local store's ``(looked in DIRECTORY)`` after a missing checkpoint's path: dropped."""
 
 
 class PathScrubber:
@@ -55,6 +58,7 @@ class PathScrubber:
         self._roots = [(re.compile(re.escape(root) + r"(?![\w-])"), roots[root]) for root in ordered]
 
     def __call__(self, message: str) -> str:
+        message = _LOOKED_IN.sub("", message)
         for pattern in self._checkpoints:
             message = pattern.sub(lambda m: f"tinker://{m[1]}/{m[2]}/{m[3]}", message)
         for pattern, label in self._roots:

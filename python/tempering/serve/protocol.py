@@ -73,9 +73,11 @@ class TimedH11Protocol(H11Protocol):
         if state is h11.SEND_BODY:
             self._arm("body")  # a new chunk restarts the body's clock
         elif state is h11.IDLE:
-            # the next request's first bytes start its headers' clock; it never restarts
-            started = bool(self.conn.trailing_data[0])
-            if started and self._waiting != "headers":
+            # the next request's first bytes start its headers' clock, which never restarts; a
+            # connection idle between requests is uvicorn's keep-alive timeout's business
+            if not self.conn.trailing_data[0]:
+                self._disarm()
+            elif self._waiting != "headers":
                 self._arm("headers")
         else:  # the request is in (the handler runs, or a long poll waits), or the connection ends
             self._disarm()
