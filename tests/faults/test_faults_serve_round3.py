@@ -109,11 +109,11 @@ def server_paths(server: ServerProcess) -> list[str]:
 # ---- options: refused before binding or creating the data dir ---------------------------------
 
 
-def run_cli(argv: list[str]) -> tuple[int, str]:
+def run_cli(argv: list[str]) -> int:
     try:
-        return cli_main(argv), ""
+        return cli_main(argv)
     except SystemExit as exc:  # argparse's own refusals
-        return int(exc.code or 0), ""
+        return int(exc.code or 0)
 
 
 @pytest.mark.timeout(60)
@@ -155,7 +155,7 @@ def test_bad_options_are_refused_at_startup(
         monkeypatch.setenv(name, value)
     data_dir = tmp_path / "data"
     argv = ["serve", "--host", "127.0.0.1", "--port", "0", "--api-key", API_KEY, "--data-dir", str(data_dir)]
-    code, _ = run_cli(argv + flags)
+    code = run_cli(argv + flags)
     err = capsys.readouterr().err
     assert code == 2, err
     assert says in err, err
@@ -184,7 +184,7 @@ def test_half_sent_headers_are_closed_after_the_read_timeout(
     time.sleep(0.2)
     start = time.monotonic()
     assert client.get("/api/v1/healthz").status_code == 200
-    assert time.monotonic() - start < READ_TIMEOUT_S / 2  # not queued behind the stalled client
+    assert time.monotonic() - start < 0.7 * READ_TIMEOUT_S  # not queued behind the stalled client
     stalled.join()
     seconds, answer, closed = result[0]
     assert closed, "the server held a half-sent request open"
