@@ -107,9 +107,10 @@ def _serve(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         device=args.device,
         dtype=args.dtype,
-        max_request_bytes=int(args.max_request_mb * 1024 * 1024),
+        max_request_mb=args.max_request_mb,
         log_level=args.log_level,
         session_ttl_s=args.session_ttl_s,
+        read_timeout_s=args.read_timeout,
     )
 
 
@@ -233,13 +234,22 @@ def _main(args_list: list[str]) -> int:
     srv.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default $TEMPERING_DEVICE or auto)")
     srv.add_argument("--dtype", default=None, help="float32, bfloat16 (default $TEMPERING_DTYPE or auto)")
     srv.add_argument("--max-request-mb", type=float, default=256, help="request size limit (default 256)")
-    srv.add_argument("--log-level", default="warning", help="debug, info, warning (default)")
+    srv.add_argument(
+        "--log-level", default="warning", help="critical, error, warning (default), info, debug, trace"
+    )
     srv.add_argument(
         "--session-ttl-s",
         type=float,
         default=600,
         help="finish a client's session after this many seconds without a request or heartbeat, "
         "releasing its models (a client that exited without close(); default 600, 0: never)",
+    )
+    srv.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30,
+        help="close a connection whose request headers take longer than this many seconds, or whose "
+        "body pauses this long (default 30)",
     )
     srv.set_defaults(func=_serve)
     from tempering.cli.weights import add_commands

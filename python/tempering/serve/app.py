@@ -10,6 +10,10 @@ Conventions the SDK relies on (measured against tinker 0.38):
   queued (bad key, unknown model or checkpoint, malformed body, unsupported option) gets a 4xx
   with a JSON body ``{"detail": message}``: never a 5xx, 408, 409 or 429 (the SDK retries those
   for minutes) and never a 400 with an empty body (the SDK takes that for a proxy glitch).
+- JSON bodies nest at most ``tempering.data.jsontext.MAX_JSON_DEPTH`` deep (a 400 past it); no
+  answer names a path on the server (:mod:`tempering.serve.private`). A request whose headers or
+  body stall past ``--read-timeout`` gets a 408 from the connection itself
+  (:mod:`tempering.serve.protocol`), and a client gone mid-body is logged at INFO.
 - ``forward_backward`` bodies arrive as protobuf, and its results and ``asample``'s go back as
   protobuf; everything else is JSON.
 """
@@ -19,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from concurrent.futures import Future as ConcurrentFuture
@@ -27,11 +30,13 @@ from typing import Any, TypeVar, cast
 
 import pydantic
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from tinker import types as ttypes
 
+from tempering.data.jsontext import JSONNestingError, loads_bounded
+from tempering.local.checkpoints import default_root
 from tempering.serve.checkpoints import checkpoint_routes
 from tempering.serve.engine import (
     DEFAULT_SESSION_TTL_S,
@@ -40,6 +45,7 @@ from tempering.serve.engine import (
     RequestError,
     error_category,
 )
+from tempering.serve.private import PathScrubber
 from tempering.serve.wire import WireError, decode_forward_backward
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "LONG_POLL_S", "build_app"]
@@ -82,6 +88,8 @@ def build_app(
     if not api_key:
         raise ValueError("api_key is empty: the server would accept any client")
     expected_key = api_key.encode()
+    # every message a client gets goes through it: no server paths (tempering.serve.private)
+    scrub = PathScrubber(engine.store.root, home=default_root())
 
     def check_key(request: Request) -> None:
         given = request.headers.get("x-api-key", "").encode()
@@ -107,12 +115,22 @@ def build_app(
             )
         return b"".join(chunks)
 
-    async def parse(request: Request, model: type[_Model]) -> _Model:
+    async def read_json(request: Request) -> object:
+        """The request's JSON body (``{}`` when empty), nested at most ``MAX_JSON_DEPTH`` deep."""
         raw = await body(request)
         try:
-            obj = json.loads(raw or b"{}")
-        except ValueError as exc:
+            return loads_bounded(raw or b"{}")
+        except JSONNestingError as exc:
+            raise RequestError(
+                400,
+                f"{request.url.path}: the JSON body nests deeper than {exc.limit} levels (arrays and "
+                f"objects) at byte {exc.position + 1}; send a flatter body",
+            ) from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: never past the depth check
             raise RequestError(400, f"{request.url.path}: the body is not JSON ({exc})") from exc
+
+    async def parse(request: Request, model: type[_Model]) -> _Model:
+        obj = await read_json(request)
         try:
             return model.model_validate(obj)
         except pydantic.ValidationError as exc:
@@ -123,17 +141,29 @@ def build_app(
                     engine.refused(model_id, seq_id)
             raise RequestError(400, f"{request.url.path}: {_short(exc)}") from exc
 
-    def endpoint(fn: Handler) -> Handler:
-        """Authenticate, and turn refusals into 4xx JSON answers."""
+    def endpoint(fn: Handler, *, keyed: bool = True) -> Handler:
+        """Authenticate (unless not ``keyed``), and turn refusals into 4xx JSON answers that
+        name no server path; a client gone mid-body is logged at INFO."""
 
         async def wrapped(request: Request) -> Response:
             try:
-                check_key(request)
+                if keyed:
+                    check_key(request)
                 return await fn(request)
             except RequestError as exc:
-                return _error(exc.status, exc.message)
+                return _error(exc.status, scrub(exc.message))
             except WireError as exc:
-                return _error(400, str(exc))
+                return _error(400, scrub(str(exc)))
+            except ClientDisconnect:
+                # the client went away (or --read-timeout closed it): nothing to answer, no traceback
+                where = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+                log.info(
+                    "%s: %s %s: the client disconnected before its request body was complete",
+                    where,
+                    request.method,
+                    request.url.path,
+                )
+                return _error(400, "the request body was not complete")
             except Exception:
                 log.exception("%s failed", request.url.path)
                 return _error(500, f"{request.url.path}: internal error (see the server's log)")
@@ -280,7 +310,7 @@ def build_app(
         error = result.exception()
         if error is not None:
             return JSONResponse(
-                {"error": f"{type(error).__name__}: {error}", "category": error_category(error)}
+                {"error": scrub(f"{type(error).__name__}: {error}"), "category": error_category(error)}
             )
         payload: Payload = result.result()
         if payload[0] == "proto":
@@ -310,7 +340,7 @@ def build_app(
         ("/api/v1/asample", asample, ["POST"]),
         ("/api/v1/retrieve_future", retrieve_future, ["POST"]),
     ]
-    keyed, public = checkpoint_routes(engine, parse, api_key)
+    keyed, public = checkpoint_routes(engine, parse, read_json, api_key)
     routes += keyed
 
     async def expire_sessions(ttl_s: float) -> None:
@@ -338,7 +368,7 @@ def build_app(
 
     return Starlette(
         routes=[Route(path, endpoint(fn), methods=methods) for path, fn, methods in routes]
-        + [Route(path, fn, methods=methods) for path, fn, methods in public],
+        + [Route(path, endpoint(fn, keyed=False), methods=methods) for path, fn, methods in public],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: not_found},
     )
@@ -362,8 +392,8 @@ def _finish_reason(raw: bytes) -> tuple[str, str]:
     """``(reason, ": detail")`` of a session-finish body (``{"reason": {"type": ...}, "detail":
     ...}``); empty strings where the body has none (an older SDK sends no body)."""
     try:
-        obj: Any = json.loads(raw or b"{}")
-    except ValueError:
+        obj: Any = loads_bounded(raw or b"{}")
+    except (ValueError, RecursionError):
         return "", ""
     if not isinstance(obj, dict):
         return "", ""

@@ -37,7 +37,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pydantic
 from starlette.requests import Request
@@ -62,6 +62,7 @@ _SIDECAR = SIDECAR
 _Model = TypeVar("_Model", bound=pydantic.BaseModel)
 Handler = Callable[[Request], Awaitable[Response]]
 Parse = Callable[[Request, type[_Model]], Awaitable[_Model]]
+ReadJson = Callable[[Request], Awaitable[object]]
 
 
 def _iso(timestamp: float) -> str:
@@ -263,9 +264,12 @@ def _copy_checkpoint(source: Path, target: Path, sidecar: dict[str, Any]) -> Non
 
 
 def checkpoint_routes(
-    engine: Engine, parse: Parse[Any], api_key: str
+    engine: Engine, parse: Parse[Any], read_json: ReadJson, api_key: str
 ) -> tuple[list[tuple[str, Handler, list[str]]], list[tuple[str, Handler, list[str]]]]:
-    """The routes (those that need the API key, and the signed-URL file route that does not)."""
+    """The routes (those that need the API key, and the signed-URL file route that does not).
+
+    ``parse`` and ``read_json`` read a request's JSON body as the app does (size and nesting
+    limits, a 400 for a malformed one)."""
     index = CheckpointIndex(engine, api_key.encode())
 
     def path_parts(request: Request) -> tuple[str, str, str]:
@@ -292,8 +296,8 @@ def checkpoint_routes(
         return JSONResponse(index.training_run(request.path_params["run_id"]))
 
     async def weights_info(request: Request) -> Response:
-        raw = await request.json()
-        tinker_path = raw.get("tinker_path") if isinstance(raw, dict) else None
+        raw = await read_json(request)
+        tinker_path = cast("dict[str, object]", raw).get("tinker_path") if isinstance(raw, dict) else None
         if not isinstance(tinker_path, str):
             raise RequestError(400, "weights_info: give tinker_path")
         try:
@@ -309,9 +313,9 @@ def checkpoint_routes(
 
     async def set_ttl(request: Request) -> Response:
         directory = index.directory(*path_parts(request))
-        raw = await request.json()
-        ttl = raw.get("ttl_seconds") if isinstance(raw, dict) else None
-        if ttl is not None and (not isinstance(ttl, int) or ttl < 1):
+        raw = await read_json(request)
+        ttl = cast("dict[str, object]", raw).get("ttl_seconds") if isinstance(raw, dict) else None
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
             raise RequestError(400, f"ttl_seconds must be a positive integer or null, got {ttl!r}")
         index.write_sidecar(directory, expires_at=None if ttl is None else time.time() + ttl)
         return Response(status_code=204)

@@ -105,9 +105,9 @@ class Engine:
         threads = os.environ.get("TEMPERING_NUM_THREADS")
         if threads:
             set_torch_threads(int(threads))
+        self.placement: Placement = resolve_placement(device, dtype)  # a bad one: nothing written yet
         self.store = CheckpointStore(data_dir)
         self.store.root.mkdir(parents=True, exist_ok=True)
-        self.placement: Placement = resolve_placement(device, dtype)
         self.futures = FutureTable()
         self.sessions = Sessions()
         self.models: dict[str, TrainingModel] = {}

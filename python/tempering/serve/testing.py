@@ -42,6 +42,7 @@ class ServerProcess:
         self.returncode: int | None = None
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
+        self._pump_thread: threading.Thread | None = None
         self.log: list[str] = []
 
     def start(self) -> ServerProcess:
@@ -58,7 +59,8 @@ class ServerProcess:
         self._proc = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -99,6 +101,10 @@ class ServerProcess:
                 proc.kill()
                 proc.wait(10)
         self.returncode = proc.returncode
+        if self._pump_thread is not None:  # the log is complete once the pipe has ended
+            self._pump_thread.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
         self._proc = None
         return self.returncode
 
