@@ -509,3 +509,23 @@ def test_fuzz_every_route(server: ServerProcess, root: Path) -> None:
     assert healthy.status_code == 200
     log = log_text(server)
     assert "Traceback" not in log, log[-3000:]
+
+
+# ---- one server per data dir -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_second_server_on_the_same_data_dir_is_refused(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a second ``tempering serve --data-dir D`` started and wrote the same checkpoint
+    store as the first. Now it exits 2 before serving, naming the first server's pid."""
+    assert server.pid is not None
+    before = sorted(p.name for p in server.data_dir.iterdir())
+    argv = ["serve", "--port", "0", "--api-key", API_KEY, "--data-dir", str(server.data_dir)]
+    code = run_cli(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"data directory {server.data_dir} is in use by pid {server.pid} on host" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in server.data_dir.iterdir()) == before

@@ -21,6 +21,7 @@ from types import FrameType
 import uvicorn
 from uvicorn.config import LOG_LEVELS
 
+from tempering.fs import DirLock, DirLockedError, describe_os_error
 from tempering.local.model import resolve_placement
 from tempering.serve.app import DEFAULT_MAX_REQUEST_BYTES, build_app
 from tempering.serve.engine import DEFAULT_SESSION_TTL_S, Engine
@@ -168,10 +169,18 @@ def serve(
         print(f"error: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return 1
     root = data_dir if data_dir is not None else _default_data_dir()
+    try:  # one server writes a data dir at a time: a second one is refused, naming the first
+        lock = DirLock.acquire(root, what="data directory")
+    except (DirLockedError, OSError) as exc:
+        sock.close()
+        text = describe_os_error(exc) if isinstance(exc, OSError) and exc.strerror is None else str(exc)
+        print(f"error: --data-dir {root}: {text}", file=sys.stderr)
+        return 2
     try:
         engine = Engine(root, device=device, dtype=dtype)
     except OSError as exc:
         sock.close()
+        lock.release()
         print(f"error: --data-dir {root}: cannot use it as the data directory ({exc})", file=sys.stderr)
         return 2
     max_request_bytes = int(max_request_mb * _MB)
@@ -198,6 +207,7 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
         engine.close()
         sock.close()
+        lock.release()
     print("stopped", flush=True)
     return 0
 
