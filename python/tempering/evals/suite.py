@@ -54,7 +54,8 @@ class EvalSuite:
     """
 
     benchmarks: tuple[str, ...] = ()
-    """Benchmarks to run: gsm8k, math500, aime24, aime25, nll."""
+    """Benchmarks to run: gsm8k, math500, aime24, aime25, ifeval, mmlu_pro, gpqa, supergpqa,
+    mmlu_redux, mbpp, nll (tempering eval --list)."""
     data: tuple[str, ...] = ()
     """Local data instead of the hub: PATH (one benchmark) or NAME=PATH entries; a .jsonl/.json/
     .parquet file in the benchmark's schema, or tempering-assets:NAME."""
