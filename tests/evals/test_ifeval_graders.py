@@ -22,9 +22,24 @@ TABLE: list[tuple[str, dict[str, object], str, bool]] = [
     ("keywords:forbidden_words", {"forbidden_words": ["bad", "evil"]}, "A good day.", True),
     ("keywords:forbidden_words", {"forbidden_words": ["bad", "evil"]}, "Not BAD at all.", False),
     ("keywords:forbidden_words", {"forbidden_words": ["bad"]}, "A badge is fine.", True),
-    ("keywords:letter_frequency", {"letter": "z", "let_frequency": 3, "let_relation": "at least"}, "Zoo zeal zap", True),
-    ("keywords:letter_frequency", {"letter": "z", "let_frequency": 3, "let_relation": "at least"}, "zoo zeal", False),
-    ("keywords:letter_frequency", {"letter": "z", "let_frequency": 3, "let_relation": "less than"}, "zoo zeal zap", False),
+    (
+        "keywords:letter_frequency",
+        {"letter": "z", "let_frequency": 3, "let_relation": "at least"},
+        "Zoo zeal zap",
+        True,
+    ),
+    (
+        "keywords:letter_frequency",
+        {"letter": "z", "let_frequency": 3, "let_relation": "at least"},
+        "zoo zeal",
+        False,
+    ),
+    (
+        "keywords:letter_frequency",
+        {"letter": "z", "let_frequency": 3, "let_relation": "less than"},
+        "zoo zeal zap",
+        False,
+    ),
     ("language:response_language", {"language": "de"}, "Das ist nicht gut, und ich bin müde.", True),
     ("language:response_language", {"language": "de"}, "This is not good, and I am tired.", False),
     ("language:response_language", {"language": "ru"}, "Это очень хорошая идея.", True),
@@ -32,13 +47,33 @@ TABLE: list[tuple[str, dict[str, object], str, bool]] = [
     ("language:response_language", {"language": "fa"}, "این یک کتاب خوب است که من چند روز پیش خریدم", True),
     ("language:response_language", {"language": "ar"}, "این یک کتاب خوب است که من چند روز پیش خریدم", False),
     ("length_constraints:number_sentences", {"num_sentences": 3, "relation": "less than"}, "One. Two!", True),
-    ("length_constraints:number_sentences", {"num_sentences": 3, "relation": "less than"}, "One. Two! Three?", False),
+    (
+        "length_constraints:number_sentences",
+        {"num_sentences": 3, "relation": "less than"},
+        "One. Two! Three?",
+        False,
+    ),
     ("length_constraints:number_sentences", {"num_sentences": 2, "relation": "at least"}, "One. Two.", True),
     ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "First part.\n***\nSecond part.", True),
-    ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "First.\n***\nSecond.\n***\nThird.", False),
+    (
+        "length_constraints:number_paragraphs",
+        {"num_paragraphs": 2},
+        "First.\n***\nSecond.\n***\nThird.",
+        False,
+    ),
     ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "First.\n***\n***\nSecond.", False),
-    ("length_constraints:number_words", {"num_words": 5, "relation": "at least"}, "one two three four five", True),
-    ("length_constraints:number_words", {"num_words": 5, "relation": "at least"}, "one two three four", False),
+    (
+        "length_constraints:number_words",
+        {"num_words": 5, "relation": "at least"},
+        "one two three four five",
+        True,
+    ),
+    (
+        "length_constraints:number_words",
+        {"num_words": 5, "relation": "at least"},
+        "one two three four",
+        False,
+    ),
     (
         "length_constraints:nth_paragraph_first_word",
         {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "then"},
@@ -159,7 +194,9 @@ def test_less_than_is_strict_and_checked_at_every_call_site() -> None:
 def test_an_unknown_relation_or_instruction_is_refused_not_passed() -> None:
     with pytest.raises(RowError, match=r"unknown relation 'fewer than'; known: less than, at least"):
         ifeval.validate(["length_constraints:number_words"], [{"relation": "fewer than", "num_words": 3}])
-    with pytest.raises(RowError, match=r"instruction 1 \('detectable_format:haiku'\): unknown instruction id"):
+    with pytest.raises(
+        RowError, match=r"instruction 1 \('detectable_format:haiku'\): unknown instruction id"
+    ):
         ifeval.validate(["punctuation:no_comma", "detectable_format:haiku"], [{}, {}])
     with pytest.raises(RowError, match=r"missing kwarg 'num_words'"):
         ifeval.validate(["length_constraints:number_words"], [{"relation": "at least", "num_words": None}])
@@ -170,7 +207,9 @@ def test_an_unknown_relation_or_instruction_is_refused_not_passed() -> None:
 def test_a_repeated_instruction_id_is_scored_each_time() -> None:
     """tinker-cookbook #893: results keyed by id dropped the first of a repeated pair."""
     ids = ["length_constraints:number_words", "length_constraints:number_words"]
-    kwargs = ifeval.validate(ids, [{"relation": "at least", "num_words": 20}, {"relation": "at least", "num_words": 2}])
+    kwargs = ifeval.validate(
+        ids, [{"relation": "at least", "num_words": 20}, {"relation": "at least", "num_words": 2}]
+    )
     assert ifeval.check_all(ids, kwargs, "one two three") == [False, True]
 
 

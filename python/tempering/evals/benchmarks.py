@@ -41,10 +41,10 @@ __all__ = [
     "BenchmarkDataMissingError",
     "BenchmarkItem",
     "BenchmarkKind",
-    "local_copy_dir",
     "UnknownBenchmarkError",
     "get_benchmark",
     "load_items",
+    "local_copy_dir",
 ]
 
 BOXED_INSTRUCTION = "Reason step by step, and put your final answer within \\boxed{}."
@@ -116,18 +116,65 @@ class Benchmark:
 
 
 MMLU_SUBJECTS = tuple(
-    """abstract_algebra anatomy astronomy business_ethics clinical_knowledge college_biology
-    college_chemistry college_computer_science college_mathematics college_medicine college_physics
-    computer_security conceptual_physics econometrics electrical_engineering elementary_mathematics
-    formal_logic global_facts high_school_biology high_school_chemistry high_school_computer_science
-    high_school_european_history high_school_geography high_school_government_and_politics
-    high_school_macroeconomics high_school_mathematics high_school_microeconomics high_school_physics
-    high_school_psychology high_school_statistics high_school_us_history high_school_world_history
-    human_aging human_sexuality international_law jurisprudence logical_fallacies machine_learning
-    management marketing medical_genetics miscellaneous moral_disputes moral_scenarios nutrition
-    philosophy prehistory professional_accounting professional_law professional_medicine
-    professional_psychology public_relations security_studies sociology us_foreign_policy virology
-    world_religions""".split()
+    [
+        "abstract_algebra",
+        "anatomy",
+        "astronomy",
+        "business_ethics",
+        "clinical_knowledge",
+        "college_biology",
+        "college_chemistry",
+        "college_computer_science",
+        "college_mathematics",
+        "college_medicine",
+        "college_physics",
+        "computer_security",
+        "conceptual_physics",
+        "econometrics",
+        "electrical_engineering",
+        "elementary_mathematics",
+        "formal_logic",
+        "global_facts",
+        "high_school_biology",
+        "high_school_chemistry",
+        "high_school_computer_science",
+        "high_school_european_history",
+        "high_school_geography",
+        "high_school_government_and_politics",
+        "high_school_macroeconomics",
+        "high_school_mathematics",
+        "high_school_microeconomics",
+        "high_school_physics",
+        "high_school_psychology",
+        "high_school_statistics",
+        "high_school_us_history",
+        "high_school_world_history",
+        "human_aging",
+        "human_sexuality",
+        "international_law",
+        "jurisprudence",
+        "logical_fallacies",
+        "machine_learning",
+        "management",
+        "marketing",
+        "medical_genetics",
+        "miscellaneous",
+        "moral_disputes",
+        "moral_scenarios",
+        "nutrition",
+        "philosophy",
+        "prehistory",
+        "professional_accounting",
+        "professional_law",
+        "professional_medicine",
+        "professional_psychology",
+        "public_relations",
+        "security_studies",
+        "sociology",
+        "us_foreign_policy",
+        "virology",
+        "world_religions",
+    ]
 )
 """The 57 MMLU subjects: MMLU-Redux's hub configs."""
 
@@ -196,7 +243,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             name="mmlu_redux",
-            description="MMLU-Redux 2.0, 5,700 re-annotated MMLU questions, 57 subjects (edinburgh-dawg/mmlu-redux-2.0, test)",
+            description=(
+                "MMLU-Redux 2.0, 5,700 re-annotated MMLU questions, 57 subjects "
+                "(edinburgh-dawg/mmlu-redux-2.0, test)"
+            ),
             hub_name="edinburgh-dawg/mmlu-redux-2.0",
             hub_configs=MMLU_SUBJECTS,
             kind="choice",
@@ -205,7 +255,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             name="mbpp",
-            description="500 basic Python problems, run against their asserts in a sandbox (google-research-datasets/mbpp, full, test)",
+            description=(
+                "500 basic Python problems, run against their asserts in a sandbox "
+                "(google-research-datasets/mbpp, full, test)"
+            ),
             hub_name="google-research-datasets/mbpp",
             hub_config="full",
             kind="code",

@@ -53,7 +53,9 @@ class ItemGrade:
 ItemGrader = Callable[[str, BenchmarkItem], Awaitable[ItemGrade]]
 """``await grader(reply_text, item)``."""
 
-_ANSWER = re.compile(r"(?i:answer)\s*(?:is\s*:?|:|：)[\s\(\[*]*(?:(?i:option)\s*)?[\(\[*]*([A-Z])(?![A-Za-z0-9])")
+_ANSWER = re.compile(
+    r"(?i:answer)\s*(?:is\s*:?|:|：)[\s\(\[*]*(?:(?i:option)\s*)?[\(\[*]*([A-Z])(?![A-Za-z0-9])"
+)
 _HEDGE = re.compile(r"^[\)\]*.]*\s*(?:or|and|/|,)\s*(?:option\s*)?[\(\[]?[A-Z](?![A-Za-z0-9])")
 _BOXED = re.compile(r"\\boxed\{\s*(?:\\text\{)?\s*([A-Z])\s*\}?\s*\}")
 _BARE = re.compile(r"^[\(\[*]*([A-Z])[\)\]*.]*$")
@@ -119,7 +121,8 @@ def item_grader(
         async def grade_ifeval(text: str, item: BenchmarkItem) -> ItemGrade:
             ids = item.meta["ids"]
             kwargs = item.meta["kwargs"]
-            assert isinstance(ids, list) and isinstance(kwargs, list)
+            assert isinstance(ids, list)
+            assert isinstance(kwargs, list)
             verdicts = ifeval.check_all(ids, kwargs, text)  # pyright: ignore[reportUnknownArgumentType]
             followed = sum(verdicts)
             extracted = f"{followed}/{len(verdicts)}" if text.strip() else None
@@ -132,11 +135,14 @@ def item_grader(
         program = extract_program(text)
         tests = item.meta["tests"]
         setup = item.meta.get("setup") or ""
-        assert isinstance(tests, list) and isinstance(setup, str)
+        assert isinstance(tests, list)
+        assert isinstance(setup, str)
         if program is None or not program.strip():
             return ItemGrade(False, None, score=0.0)
         code = f"{setup}\n{program}" if setup else program
         graded = await grade_program(box, code, [str(t) for t in tests], timeout=code_timeout_s)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-        return ItemGrade(graded.all_passed, program, score=graded.fraction, timed_out=graded.status == "timeout")
+        return ItemGrade(
+            graded.all_passed, program, score=graded.fraction, timed_out=graded.status == "timeout"
+        )
 
     return grade_code

@@ -119,7 +119,9 @@ def _bullets(text: str) -> int:
 
 def _highlights(text: str) -> int:
     single = [h for h in re.findall(r"\*[^\n\*]*\*", text) if h.strip("*").strip()]
-    double = [h for h in re.findall(r"\*\*[^\n\*]*\*\*", text) if h.removeprefix("**").removesuffix("**").strip()]
+    double = [
+        h for h in re.findall(r"\*\*[^\n\*]*\*\*", text) if h.removeprefix("**").removesuffix("**").strip()
+    ]
     return len(single) + len(double)
 
 
@@ -263,8 +265,11 @@ INSTRUCTIONS: dict[str, tuple[tuple[str, ...], _Check]] = {
     ),
     "keywords:forbidden_words": (
         ("forbidden_words",),
-        lambda t, kw: not any(
-            re.search(r"\b" + re.escape(w) + r"\b", t, re.IGNORECASE) for w in _strs(kw, "forbidden_words")
+        lambda t, kw: (
+            not any(
+                re.search(r"\b" + re.escape(w) + r"\b", t, re.IGNORECASE)
+                for w in _strs(kw, "forbidden_words")
+            )
         ),
     ),
     "keywords:letter_frequency": (

@@ -29,7 +29,15 @@ from tempering.evals import ifeval
 from tempering.evals.items import BenchmarkItem, text_field
 from tempering.evals.stats import item_seed
 
-__all__ = ["choice_prompt", "gpqa_item", "ifeval_item", "mbpp_item", "mmlu_pro_item", "mmlu_redux_item", "supergpqa_item"]
+__all__ = [
+    "choice_prompt",
+    "gpqa_item",
+    "ifeval_item",
+    "mbpp_item",
+    "mmlu_pro_item",
+    "mmlu_redux_item",
+    "supergpqa_item",
+]
 
 LETTERS = string.ascii_uppercase
 
@@ -91,7 +99,9 @@ def mmlu_redux_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
     options = _options(row, "choices", "mmlu_redux")
     answer = row.get("answer")
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(options):
-        raise RowError(f"mmlu_redux: field 'answer' must be an option index 0..{len(options) - 1}, got {answer!r}")
+        raise RowError(
+            f"mmlu_redux: field 'answer' must be an option index 0..{len(options) - 1}, got {answer!r}"
+        )
     return _choice(row.get("id", index), text_field(row, "question", "mmlu_redux"), options, answer)
 
 
@@ -108,7 +118,9 @@ def ifeval_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
     ids = [str(i) for i in _list_field(row, "instruction_id_list", "ifeval")]
     kwargs = ifeval.validate(ids, _list_field(row, "kwargs", "ifeval"))
     prompt = text_field(row, "prompt", "ifeval")
-    return BenchmarkItem(str(row.get("key", index)), prompt, f"{len(ids)} instructions", {"ids": ids, "kwargs": kwargs})
+    return BenchmarkItem(
+        str(row.get("key", index)), prompt, f"{len(ids)} instructions", {"ids": ids, "kwargs": kwargs}
+    )
 
 
 def mbpp_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
@@ -124,4 +136,6 @@ def mbpp_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
     prompt = f"{text.strip()}\nYour code should pass these tests:\n\n{shown}"
     code = row.get("code")
     answer = code if isinstance(code, str) and code.strip() else "(tests)"
-    return BenchmarkItem(str(row.get("task_id", index)), prompt, answer, {"tests": [str(t) for t in tests], "setup": setup})
+    return BenchmarkItem(
+        str(row.get("task_id", index)), prompt, answer, {"tests": [str(t) for t in tests], "setup": setup}
+    )
