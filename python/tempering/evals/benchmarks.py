@@ -63,7 +63,8 @@ BenchmarkKind: TypeAlias = Literal["math", "choice", "ifeval", "code"]
 """How a benchmark's replies are graded: a math answer (``MathGrader``), an option letter, IFEval's
 instruction checkers, or a program run against tests in a sandbox."""
 
-RowParser: TypeAlias = Callable[[Mapping[str, object], int], BenchmarkItem]
+RowParser: TypeAlias = Callable[[Mapping[str, object], int], BenchmarkItem | None]
+"""Row → item; None leaves out a row the benchmark excludes (MMLU-Redux's mislabelled ones)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -93,9 +94,9 @@ class Benchmark:
     source: str = ""
     """Where the data and the grader come from, for docs/evals.md and ``tempering eval --list``."""
 
-    def item(self, row: object, index: int) -> BenchmarkItem:
-        """The item of one dataset row; :class:`~tempering.data.RowError` names a missing or
-        non-text field."""
+    def item(self, row: object, index: int) -> BenchmarkItem | None:
+        """The item of one dataset row (None: a row the benchmark leaves out);
+        :class:`~tempering.data.RowError` names a missing or malformed field."""
         if not isinstance(row, Mapping):
             raise RowError(f"{self.name}: a row must be an object, got {type(row).__name__}")
         fields: Mapping[str, object] = row  # pyright: ignore[reportUnknownVariableType]
@@ -358,6 +359,8 @@ def load_items(
             )
         counter = iter(range(1 << 62))
         for _, item in parse_rows(path, lambda row: bench.item(row, next(counter))):
+            if item is None:
+                continue
             items.append(item)
             if limit is not None and len(items) >= limit:
                 break
@@ -372,9 +375,11 @@ def load_items(
             except (ValueError, OSError, ConnectionError) as exc:
                 raise _missing(bench, exc) from exc
             try:
-                items.append(bench.item(row, index))
+                item = bench.item(row, index)
             except RowError as exc:
                 raise ValueError(f"{bench.hub_name} ({bench.split}): row {index + 1}: {exc}") from exc
+            if item is not None:
+                items.append(item)
             index += 1
     if not items:
         raise ValueError(f"{bench.name}: no items in {data if data is not None else bench.hub_name}")

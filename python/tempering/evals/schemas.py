@@ -7,9 +7,11 @@ benchmark      hub row fields read (others ignored)
 ``gpqa``       ``Question``, ``Correct Answer``, ``Incorrect Answer 1``-``3``, ``Record ID``
                (options shuffled with a seed of the record, so every run asks the same order)
 ``supergpqa``  ``question``, ``options``, ``answer_letter``, ``uuid``
-``mmlu_redux`` ``question``, ``choices`` (4), ``answer`` (the correct choice's index)
+``mmlu_redux`` ``question``, ``choices`` (4), ``answer`` (the correct choice's index),
+               ``error_type`` (rows other than ``ok`` are left out: their label is wrong)
 ``ifeval``     ``key``, ``prompt``, ``instruction_id_list``, ``kwargs`` (one object per id)
-``mbpp``       ``task_id``, ``text`` (or ``prompt``), ``test_list``, ``test_setup_code``, ``code``
+``mbpp``       ``task_id``, ``text`` (or ``prompt``), ``test_list``, ``test_setup_code`` (or
+               ``test_imports``), ``code``
 ============== ========================================================================
 
 A multiple-choice item's ``answer`` is the correct letter and ``meta["letters"]`` the valid ones;
@@ -95,7 +97,10 @@ def supergpqa_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
     return _choice(row.get("uuid", index), text_field(row, "question", "supergpqa"), options, correct)
 
 
-def mmlu_redux_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
+def mmlu_redux_item(row: Mapping[str, object], index: int) -> BenchmarkItem | None:
+    """None for a question the re-annotation found wrong (``error_type`` other than ``ok``)."""
+    if row.get("error_type", "ok") != "ok":
+        return None
     options = _options(row, "choices", "mmlu_redux")
     answer = row.get("answer")
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(options):
@@ -130,6 +135,9 @@ def mbpp_item(row: Mapping[str, object], index: int) -> BenchmarkItem:
     if not all(isinstance(t, str) and t.strip() for t in tests):
         raise RowError(f"mbpp: field 'test_list' must hold non-empty assert statements, got {tests!r}")
     setup = row.get("test_setup_code") or ""
+    imports = row.get("test_imports") or []
+    if isinstance(imports, list) and imports and not setup:  # the sanitized config
+        setup = "\n".join(str(i) for i in imports)  # pyright: ignore[reportUnknownVariableType]
     if not isinstance(setup, str):
         raise RowError(f"mbpp: field 'test_setup_code' must be text, got {setup!r}")
     shown = "\n".join(str(t) for t in tests)
