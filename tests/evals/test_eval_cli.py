@@ -121,3 +121,21 @@ def test_results_file_is_json_with_a_format(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"results": []}))
     with pytest.raises(ValueError, match="not a tempering eval results file"):
         read_report(bad)
+
+
+@pytest.mark.usefixtures("local_env")
+def test_eval_runs_the_graded_benchmarks_on_the_local_engine(tmp_path: Path) -> None:
+    fixtures = Path(FIXTURE).parent
+    names = ("ifeval", "mmlu_pro", "gpqa", "supergpqa", "mmlu_redux", "mbpp")
+    out = tmp_path / "eval.json"
+    argv = ["eval", "--output", str(out), "--benchmark", *names, "--data"]
+    argv += [f"{n}={fixtures / (n + '.jsonl')}" for n in names]
+    argv += ["--limit", "2", "--max-tokens", "8", "--temperature", "1.0", "--grader-timeout-s", "3"]
+    assert main(argv) == 0
+    results = {r["benchmark"]: r for r in read_report(out)["results"]}
+    assert set(results) == set(names)
+    for name in names:
+        metrics = results[name]["metrics"]
+        assert results[name]["n_items"] == (1 if name == "supergpqa" else 2)
+        assert 0.0 <= metrics["pass@1"] <= 1.0
+        assert ("partial_credit" in metrics) is (name in ("ifeval", "mbpp"))
