@@ -111,9 +111,13 @@ def test_an_unknown_benchmark_lists_the_known_ones(capsys: pytest.CaptureFixture
     assert exc.value.code == 2
     captured = capsys.readouterr()
     text = " ".join(re.sub("[│╭╮╰╯─]", " ", captured.err + captured.out).split())
-    assert "unknown benchmark 'gsm9k'; known benchmarks: aime24, aime25, gsm8k, math500, nll" in text
+    known = "aime24, aime25, gpqa, gsm8k, ifeval, math500, mbpp, mmlu_pro, mmlu_redux, nll, supergpqa"
+    assert f"unknown benchmark 'gsm9k'; known benchmarks: {known}" in text
     assert main(["eval", "--list"]) == 0
-    assert capsys.readouterr().out.split() == ["gsm8k", "math500", "aime24", "aime25", "nll"]
+    assert capsys.readouterr().out.split() == [
+        *("gsm8k", "math500", "aime24", "aime25", "ifeval", "mmlu_pro", "gpqa", "supergpqa"),
+        *("mmlu_redux", "mbpp", "nll"),
+    ]
 
 
 def test_results_file_is_json_with_a_format(tmp_path: Path) -> None:
