@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,12 @@ import pytest
 import tinker
 from tinker import types as ttypes
 
-from tempering.backend import load_tokenizer
+from tempering.backend import ModelConfig, load_tokenizer
 from tempering.data import DataError
 from tempering.evals.benchmarks import BenchmarkDataMissingError, get_benchmark, load_items
 from tempering.evals.graders import extract_choice, item_grader
 from tempering.evals.math_bench import BenchmarkEvaluator
+from tempering.evals.suite import EvalSuite
 from tempering.renderers import get_renderer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -224,3 +226,22 @@ def test_the_evaluator_reports_each_kind(
         assert f"{name}/partial_credit" not in metrics
     else:
         assert metrics[f"{name}/partial_credit"] == pytest.approx(partial)
+
+
+def test_a_training_runs_suite_builds_the_graded_benchmarks() -> None:
+    data = tuple(f"{n}={FIXTURES / (n + '.jsonl')}" for n in ("ifeval", "mbpp", "gpqa"))
+    suite = EvalSuite(benchmarks=("ifeval", "mbpp", "gpqa"), data=data, limit=1, grader_timeout_s=2.0)
+    evaluators = suite.build(ModelConfig())
+    assert [e.benchmark.kind for e in evaluators if isinstance(e, BenchmarkEvaluator)] == [
+        "ifeval",
+        "code",
+        "choice",
+    ]
+    mbpp = evaluators[1]
+    assert isinstance(mbpp, BenchmarkEvaluator)
+    assert mbpp.item_grader is not None
+    loops = "```python\nwhile True:\n    pass\n```"
+    started = time.monotonic()
+    graded = asyncio.run(mbpp.item_grader(loops, mbpp.items[0]))
+    assert not graded.correct
+    assert time.monotonic() - started < 6, "the suite's grader_timeout_s limits a program run"
