@@ -222,6 +222,7 @@ def test_the_evaluator_reports_each_kind(
     metrics = asyncio.run(evaluator(_Scripted(renderer, tokenizer, replies)))  # pyright: ignore[reportArgumentType]
     assert metrics[f"{name}/pass@1"] == pytest.approx(pass_at_1)
     assert metrics[f"{name}/pass@1_ci_low"] < pass_at_1 < metrics[f"{name}/pass@1_ci_high"]
+    assert (f"{name}/pass@1_loose" in metrics) is (name == "ifeval")
     if partial is None:
         assert f"{name}/partial_credit" not in metrics
     else:

@@ -227,3 +227,18 @@ def test_english_capital_needs_every_letter_in_capitals() -> None:
     assert not ifeval.follows("change_case:english_capital", "Title Case Is Not Capitals", kw)
     assert not ifeval.follows("change_case:english_capital", "DAS IST NICHT GUT UND ICH BIN MÜDE", kw)
     assert ifeval.follows("change_case:english_capital", "THIS IS ALL CAPITALS AND IT IS ENGLISH", kw)
+
+
+def test_loose_accepts_a_reply_that_only_its_first_line_or_markdown_breaks() -> None:
+    ids = ["startend:quotation", "punctuation:no_comma"]
+    kwargs = ifeval.validate(ids, [{}, {}])
+    framed = 'Sure, here it is:\n"A quoted answer."'
+    assert ifeval.check_all(ids, kwargs, framed) == [False, False]  # strict: the preamble breaks both
+    assert ifeval.check_all_loose(ids, kwargs, framed) == [True, True]
+    ids2 = ["startend:end_checker"]
+    kw2 = ifeval.validate(ids2, [{"end_phrase": "Is there anything else?"}])
+    assert ifeval.check_all(ids2, kw2, "Done. **Is there anything else?**") == [False]
+    assert ifeval.check_all_loose(ids2, kw2, "Done. **Is there anything else?**") == [True]
+    # loose is still not free: a reply that breaks the instruction in its body fails
+    assert ifeval.check_all_loose(ids, kwargs, 'Intro\n"A, B"\nOutro') == [True, False]
+    assert ifeval.check_all_loose(ids, kwargs, "") == [False, False]

@@ -8,7 +8,8 @@ kind        grader
             a ``\\boxed{X}``, or a reply that is only a letter; a letter that is not an option, a
             hedge (``A or B``) or no letter is wrong
 ``ifeval``  :mod:`tempering.evals.ifeval`: correct when every instruction is followed (strict,
-            prompt-level); ``score`` is the fraction of instructions followed
+            prompt-level); ``score`` is the fraction of instructions followed; ``loose`` the
+            prompt-level loose verdict
 ``code``    the last fenced Python block, run against the item's asserts in a sandbox
             (:func:`~tempering.tools.sandbox.grade_program`, default :class:`LocalSandbox`);
             correct when every assert passes; ``score`` is the fraction that passed
@@ -41,13 +42,14 @@ __all__ = ["ItemGrade", "ItemGrader", "extract_choice", "item_grader"]
 @attrs.frozen
 class ItemGrade:
     """One graded reply: correct or not, what was extracted (None: no answer found), a partial
-    score where the benchmark has one (IFEval's instructions, code's tests), and whether the
-    checker timed out."""
+    score where the benchmark has one (IFEval's instructions, code's tests), whether the
+    checker timed out, and IFEval's loose verdict (None for other kinds)."""
 
     correct: bool
     extracted: str | None
     score: float | None = None
     timed_out: bool = False
+    loose: bool | None = None
 
 
 ItemGrader = Callable[[str, BenchmarkItem], Awaitable[ItemGrade]]
@@ -126,7 +128,8 @@ def item_grader(
             verdicts = ifeval.check_all(ids, kwargs, text)  # pyright: ignore[reportUnknownArgumentType]
             followed = sum(verdicts)
             extracted = f"{followed}/{len(verdicts)}" if text.strip() else None
-            return ItemGrade(all(verdicts), extracted, score=followed / len(verdicts))
+            loose = all(ifeval.check_all_loose(ids, kwargs, text))  # pyright: ignore[reportUnknownArgumentType]
+            return ItemGrade(all(verdicts), extracted, score=followed / len(verdicts), loose=loose)
 
         return grade_ifeval
     box = sandbox or LocalSandbox(wall_seconds=code_timeout_s, cpu_seconds=max(1, int(code_timeout_s)))

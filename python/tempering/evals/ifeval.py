@@ -16,6 +16,9 @@ Deliberate choices (each pinned by a test):
   ``change_case:english_capital`` needs the whole reply in capitals, not title case (#898);
 - an empty (whitespace-only) reply follows no instruction, even one it cannot break
   ("no commas"): the original IFEval scores such a reply as following it;
+- loose accuracy (:func:`check_all_loose`) is IFEval's: an instruction is followed loosely when
+  one of eight variants of the reply follows it (without its first line, its last line, both,
+  and each of these with ``*`` removed);
 - ``language:response_language`` and the English check of the ``change_case`` instructions use
   :func:`language_candidates`, a small detector (the Unicode script of the letters; for Latin
   script, the most frequent function words of each language), not ``langdetect``.
@@ -36,7 +39,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tempering.data import RowError
 
-__all__ = ["INSTRUCTIONS", "RELATIONS", "check_all", "follows", "language_candidates", "validate"]
+__all__ = [
+    "INSTRUCTIONS",
+    "RELATIONS",
+    "check_all",
+    "check_all_loose",
+    "follows",
+    "language_candidates",
+    "loose_variants",
+    "validate",
+]
 
 Kwargs = Mapping[str, object]
 
@@ -385,3 +397,19 @@ def follows(ident: str, reply: str, kwargs: Kwargs) -> bool:
 def check_all(ids: Sequence[str], kwargs: Sequence[Kwargs], reply: str) -> list[bool]:
     """One verdict per instruction, in order (a repeated id is checked each time it appears)."""
     return [follows(ident, reply, kw) for ident, kw in zip(ids, kwargs, strict=True)]
+
+
+def loose_variants(reply: str) -> list[str]:
+    """IFEval's loose variants of a reply: as is, without its first line, without its last, without
+    both, and each of these with every ``*`` removed (markdown emphasis)."""
+    lines = reply.split("\n")
+    cut = ["\n".join(lines[1:]), "\n".join(lines[:-1]), "\n".join(lines[1:-1])]
+    base = [reply, *cut]
+    return [*base, *(v.replace("*", "") for v in base)]
+
+
+def check_all_loose(ids: Sequence[str], kwargs: Sequence[Kwargs], reply: str) -> list[bool]:
+    """One loose verdict per instruction: followed by some non-empty variant of the reply
+    (:func:`loose_variants`); an empty reply follows nothing."""
+    variants = [v for v in loose_variants(reply) if v.strip()] if reply.strip() else []
+    return [any(follows(i, v, kw) for v in variants) for i, kw in zip(ids, kwargs, strict=True)]

@@ -42,8 +42,8 @@ __all__ = ["BenchmarkEvaluator", "BenchmarkResult", "ItemResult", "SampleResult"
 @attrs.frozen
 class SampleResult:
     """One graded reply: its seed, text, extracted answer, whether it is correct, its length in
-    tokens, why sampling stopped, whether the grader timed out, and its partial score (IFEval:
-    instructions followed; code: tests passed; None for other kinds)."""
+    tokens, why sampling stopped, whether the grader timed out, its partial score (IFEval:
+    instructions followed; code: tests passed; None for other kinds) and IFEval's loose verdict."""
 
     seed: int
     text: str
@@ -53,6 +53,7 @@ class SampleResult:
     stop_reason: str
     timed_out: bool = False
     score: float | None = None
+    loose: bool | None = None
 
 
 @attrs.frozen
@@ -128,6 +129,9 @@ class BenchmarkResult:
         scores = [s.score for s in replies if s.score is not None]
         if scores:
             figures["partial_credit"] = sum(scores) / len(scores)
+        loose = [s.loose for s in replies if s.loose is not None]
+        if loose:
+            figures["pass@1_loose"] = sum(loose) / len(loose)
         return {(f"{p}/{k}" if p else k): v for k, v in figures.items()}
 
     def to_json(self) -> dict[str, Any]:
@@ -215,6 +219,7 @@ class BenchmarkEvaluator:
                 stop_reason=str(sequence.stop_reason),
                 timed_out=graded.timed_out,
                 score=graded.score,
+                loose=graded.loose,
             )
 
         async def item_result(index: int, item: BenchmarkItem) -> ItemResult:
