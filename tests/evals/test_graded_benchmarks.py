@@ -246,3 +246,11 @@ def test_a_training_runs_suite_builds_the_graded_benchmarks() -> None:
     graded = asyncio.run(mbpp.item_grader(loops, mbpp.items[0]))
     assert not graded.correct
     assert time.monotonic() - started < 6, "the suite's grader_timeout_s limits a program run"
+
+
+def test_every_grader_is_a_picklable_value() -> None:
+    import pickle
+
+    for name in ("gsm8k", "mmlu_pro", "ifeval", "mbpp"):
+        grader = item_grader(get_benchmark(name))
+        assert pickle.loads(pickle.dumps(grader)) == grader

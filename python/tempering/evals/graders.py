@@ -36,7 +36,16 @@ from tempering.grading import MathGrader
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
 from tempering_protocols.sandbox import Sandbox
 
-__all__ = ["ItemGrade", "ItemGrader", "extract_choice", "item_grader"]
+__all__ = [
+    "ChoiceGrader",
+    "CodeGrader",
+    "IFEvalGrader",
+    "ItemGrade",
+    "ItemGrader",
+    "MathItemGrader",
+    "extract_choice",
+    "item_grader",
+]
 
 
 @attrs.frozen
@@ -94,47 +103,51 @@ def _letters(item: BenchmarkItem) -> str:
     return letters
 
 
-def item_grader(
-    bench: Benchmark,
-    math: MathGrader | None = None,
-    sandbox: Sandbox | None = None,
-    code_timeout_s: float = 10.0,
-) -> ItemGrader:
-    """The grader of ``bench``'s kind (``math``: ``math`` or a default :class:`MathGrader`;
-    ``code``: ``sandbox``, default a :class:`LocalSandbox`, each run limited to
-    ``code_timeout_s``)."""
-    if bench.kind == "math":
-        grader = math or MathGrader()
+@attrs.frozen
+class MathItemGrader:
+    """A math answer, checked by ``math`` (:class:`MathGrader`)."""
 
-        async def grade_math(text: str, item: BenchmarkItem) -> ItemGrade:
-            graded = await grader.agrade(text, item.answer)
-            return ItemGrade(graded.correct, graded.extracted, timed_out=graded.timed_out)
+    math: MathGrader = attrs.field(factory=MathGrader)
 
-        return grade_math
-    if bench.kind == "choice":
+    async def __call__(self, text: str, item: BenchmarkItem) -> ItemGrade:
+        graded = await self.math.agrade(text, item.answer)
+        return ItemGrade(graded.correct, graded.extracted, timed_out=graded.timed_out)
 
-        async def grade_choice(text: str, item: BenchmarkItem) -> ItemGrade:
-            chosen = extract_choice(text, _letters(item))
-            return ItemGrade(chosen == item.answer, chosen)
 
-        return grade_choice
-    if bench.kind == "ifeval":
+@attrs.frozen
+class ChoiceGrader:
+    """The option letter of a reply (:func:`extract_choice`) against the item's answer."""
 
-        async def grade_ifeval(text: str, item: BenchmarkItem) -> ItemGrade:
-            ids = item.meta["ids"]
-            kwargs = item.meta["kwargs"]
-            assert isinstance(ids, list)
-            assert isinstance(kwargs, list)
-            verdicts = ifeval.check_all(ids, kwargs, text)  # pyright: ignore[reportUnknownArgumentType]
-            followed = sum(verdicts)
-            extracted = f"{followed}/{len(verdicts)}" if text.strip() else None
-            loose = all(ifeval.check_all_loose(ids, kwargs, text))  # pyright: ignore[reportUnknownArgumentType]
-            return ItemGrade(all(verdicts), extracted, score=followed / len(verdicts), loose=loose)
+    async def __call__(self, text: str, item: BenchmarkItem) -> ItemGrade:
+        chosen = extract_choice(text, _letters(item))
+        return ItemGrade(chosen == item.answer, chosen)
 
-        return grade_ifeval
-    box = sandbox or LocalSandbox(wall_seconds=code_timeout_s, cpu_seconds=max(1, int(code_timeout_s)))
 
-    async def grade_code(text: str, item: BenchmarkItem) -> ItemGrade:
+@attrs.frozen
+class IFEvalGrader:
+    """Every instruction of the item, strict (correct), counted (score) and loose."""
+
+    async def __call__(self, text: str, item: BenchmarkItem) -> ItemGrade:
+        ids = item.meta["ids"]
+        kwargs = item.meta["kwargs"]
+        assert isinstance(ids, list)
+        assert isinstance(kwargs, list)
+        verdicts = ifeval.check_all(ids, kwargs, text)  # pyright: ignore[reportUnknownArgumentType]
+        followed = sum(verdicts)
+        extracted = f"{followed}/{len(verdicts)}" if text.strip() else None
+        loose = all(ifeval.check_all_loose(ids, kwargs, text))  # pyright: ignore[reportUnknownArgumentType]
+        return ItemGrade(all(verdicts), extracted, score=followed / len(verdicts), loose=loose)
+
+
+@attrs.frozen
+class CodeGrader:
+    """The reply's last fenced Python block, after the item's setup code, run against its
+    asserts in ``sandbox`` (each run limited to ``timeout_s``)."""
+
+    sandbox: Sandbox
+    timeout_s: float = 10.0
+
+    async def __call__(self, text: str, item: BenchmarkItem) -> ItemGrade:
         program = extract_program(text)
         tests = item.meta["tests"]
         setup = item.meta.get("setup") or ""
@@ -143,9 +156,26 @@ def item_grader(
         if program is None or not program.strip():
             return ItemGrade(False, None, score=0.0)
         code = f"{setup}\n{program}" if setup else program
-        graded = await grade_program(box, code, [str(t) for t in tests], timeout=code_timeout_s)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        graded = await grade_program(self.sandbox, code, [str(t) for t in tests], timeout=self.timeout_s)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
         return ItemGrade(
             graded.all_passed, program, score=graded.fraction, timed_out=graded.status == "timeout"
         )
 
-    return grade_code
+
+def item_grader(
+    bench: Benchmark,
+    math: MathGrader | None = None,
+    sandbox: Sandbox | None = None,
+    code_timeout_s: float = 10.0,
+) -> ItemGrader:
+    """The grader of ``bench``'s kind (``math``: ``math`` or a default :class:`MathGrader`;
+    ``code``: ``sandbox``, default a :class:`LocalSandbox`, each run limited to
+    ``code_timeout_s``). Every grader is a picklable value."""
+    if bench.kind == "math":
+        return MathItemGrader(math or MathGrader())
+    if bench.kind == "choice":
+        return ChoiceGrader()
+    if bench.kind == "ifeval":
+        return IFEvalGrader()
+    box = sandbox or LocalSandbox(wall_seconds=code_timeout_s, cpu_seconds=max(1, int(code_timeout_s)))
+    return CodeGrader(box, code_timeout_s)
