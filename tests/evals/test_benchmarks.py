@@ -55,7 +55,10 @@ def test_an_unknown_benchmark_lists_the_known_ones() -> None:
         EvalSuite(benchmarks=("gsm9k",))
     for name in [*BENCHMARKS, "nll"]:
         assert name in str(err.value)
-    assert set(known_benchmarks()) == {"gsm8k", "math500", "aime24", "aime25", "nll"}
+    assert set(known_benchmarks()) == {
+        *("gsm8k", "math500", "aime24", "aime25", "nll", "ifeval", "mmlu_pro", "gpqa"),
+        *("supergpqa", "mmlu_redux", "mbpp"),
+    }
 
 
 def test_data_entries_are_matched_to_benchmarks() -> None:

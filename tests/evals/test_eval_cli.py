@@ -111,9 +111,13 @@ def test_an_unknown_benchmark_lists_the_known_ones(capsys: pytest.CaptureFixture
     assert exc.value.code == 2
     captured = capsys.readouterr()
     text = " ".join(re.sub("[│╭╮╰╯─]", " ", captured.err + captured.out).split())
-    assert "unknown benchmark 'gsm9k'; known benchmarks: aime24, aime25, gsm8k, math500, nll" in text
+    known = "aime24, aime25, gpqa, gsm8k, ifeval, math500, mbpp, mmlu_pro, mmlu_redux, nll, supergpqa"
+    assert f"unknown benchmark 'gsm9k'; known benchmarks: {known}" in text
     assert main(["eval", "--list"]) == 0
-    assert capsys.readouterr().out.split() == ["gsm8k", "math500", "aime24", "aime25", "nll"]
+    assert capsys.readouterr().out.split() == [
+        *("gsm8k", "math500", "aime24", "aime25", "ifeval", "mmlu_pro", "gpqa", "supergpqa"),
+        *("mmlu_redux", "mbpp", "nll"),
+    ]
 
 
 def test_results_file_is_json_with_a_format(tmp_path: Path) -> None:
@@ -121,3 +125,21 @@ def test_results_file_is_json_with_a_format(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"results": []}))
     with pytest.raises(ValueError, match="not a tempering eval results file"):
         read_report(bad)
+
+
+@pytest.mark.usefixtures("local_env")
+def test_eval_runs_the_graded_benchmarks_on_the_local_engine(tmp_path: Path) -> None:
+    fixtures = Path(FIXTURE).parent
+    names = ("ifeval", "mmlu_pro", "gpqa", "supergpqa", "mmlu_redux", "mbpp")
+    out = tmp_path / "eval.json"
+    argv = ["eval", "--output", str(out), "--benchmark", *names, "--data"]
+    argv += [f"{n}={fixtures / (n + '.jsonl')}" for n in names]
+    argv += ["--limit", "2", "--max-tokens", "8", "--temperature", "1.0", "--grader-timeout-s", "3"]
+    assert main(argv) == 0
+    results = {r["benchmark"]: r for r in read_report(out)["results"]}
+    assert set(results) == set(names)
+    for name in names:
+        metrics = results[name]["metrics"]
+        assert results[name]["n_items"] == (1 if name == "supergpqa" else 2)
+        assert 0.0 <= metrics["pass@1"] <= 1.0
+        assert ("partial_credit" in metrics) is (name in ("ifeval", "mbpp"))

@@ -219,7 +219,7 @@ def _main(args_list: list[str]) -> int:
     sub.add_parser("recipe", help="run a named recipe; `tempering recipe --list` lists them", add_help=False)
     sub.add_parser(
         "eval",
-        help="benchmarks (GSM8K, MATH-500, AIME, NLL) on any model; see `tempering eval --help`",
+        help="benchmarks (math, IFEval, multiple choice, MBPP, NLL) on any model (tempering eval --help)",
         add_help=False,
     )
     tiny = sub.add_parser("tiny-model", help="write the built-in tiny model to a directory")

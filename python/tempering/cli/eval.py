@@ -26,10 +26,12 @@ __all__ = ["EvalCommandConfig", "run_eval"]
 
 @attrs.frozen(kw_only=True)
 class EvalCommandConfig(EvalSuite, ModelSource):
-    """Evaluate a model on benchmarks: answer-graded math (``gsm8k``, ``math500``, ``aime24``,
-    ``aime25``: pass@1 over ``num_samples`` seeded samples per item, with a 95% Wilson interval)
-    and ``nll`` (NLL per token and bits per byte of a chat file). The model runs on the local
-    engine, on a ``tempering serve`` (``base_url``) or on the hosted service (``TINKER_API_KEY``).
+    """Evaluate a model on benchmarks: graded ones (math: ``gsm8k``, ``math500``, ``aime24``,
+    ``aime25``; instruction following: ``ifeval``; multiple choice: ``mmlu_pro``, ``gpqa``,
+    ``supergpqa``, ``mmlu_redux``; code in a sandbox: ``mbpp``; pass@1 over ``num_samples``
+    seeded samples per item, with a 95% Wilson interval) and ``nll`` (NLL per token and bits
+    per byte of a chat file). The model runs on the local engine, on a ``tempering serve``
+    (``base_url``) or on the hosted service (``TINKER_API_KEY``).
     Results go to ``output`` (JSON) and print as a table. The suite's fields are
     :class:`~tempering.evals.suite.EvalSuite`'s, the model's
     :class:`~tempering.evals.clients.ModelSource`'s.
@@ -90,4 +92,7 @@ def main(argv: list[str], tyro_cli: Any) -> int:
     return 0
 
 
-_HELP = "evaluate a model on benchmarks (GSM8K, MATH-500, AIME, chat-file NLL) (docs/evals.md)"
+_HELP = (
+    "evaluate a model on benchmarks (GSM8K, MATH-500, AIME, IFEval, MMLU-Pro, GPQA, SuperGPQA, "
+    "MMLU-Redux, MBPP, chat-file NLL) (docs/evals.md)"
+)

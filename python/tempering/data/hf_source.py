@@ -37,9 +37,10 @@ from typing import TypeAlias, TypeVar
 
 import attrs
 
-from tempering.data._parse import Conversation, parse_chat_row
+from tempering.data._parse import Conversation, parse_chat_row, parse_comparison_row
 from tempering.data._rows import BadRows, DataError, RowError
 from tempering.data.hub import hub_rows
+from tempering.data.named import is_named, named_rows
 
 __all__ = [
     "HF_PREFIX",
@@ -62,8 +63,9 @@ _OPTIONS = ("config", "data_files")
 
 
 def is_hf(path: str | os.PathLike[str]) -> bool:
-    """Whether a data path is an ``hf:`` dataset."""
-    return os.fspath(path).startswith(HF_PREFIX)
+    """Whether a data path is an ``hf:`` dataset, or a ``named:`` one
+    (:mod:`tempering.data.named`, also read through ``datasets``)."""
+    return os.fspath(path).startswith(HF_PREFIX) or is_named(os.fspath(path))
 
 
 def parse_columns(columns: Columns) -> dict[str, str]:
@@ -170,6 +172,9 @@ def parse_hf_rows(
                                           columns="data_files=chat.jsonl"):
             ...
     """
+    if is_named(os.fspath(path)):
+        yield from _parse_named_rows(os.fspath(path), parse, columns, skip_bad_rows, bad_rows)
+        return
     source = HFSource.parse(path, columns)
     for number, row in enumerate(source.rows(streaming=streaming), start=1):
         try:
@@ -182,3 +187,36 @@ def parse_hf_rows(
                 bad_rows.add(err)
             continue
         yield f"{source.label}: row {number}", item
+
+
+def _parse_named_rows(
+    path: str,
+    parse: Callable[[object], _T],
+    columns: Columns,
+    skip_bad_rows: bool,
+    bad_rows: BadRows | None,
+) -> Iterator[tuple[str, _T]]:
+    """A ``named:`` dataset's rows (``source=PATH`` in ``columns``: a local copy), converted to
+    tempering rows and parsed; a malformed row is a DataError naming the source and the row."""
+    options = parse_columns(columns)
+    unknown = sorted(set(options) - {"source"})
+    if unknown:
+        raise ValueError(f"{path}: a named dataset takes only source=PATH, not {', '.join(unknown)}")
+    source = options.get("source")
+    kind = "comparison" if parse is parse_comparison_row else "chat"
+    label = f"{path} ({source})" if source else path
+    for number, row in named_rows(path, kind, source):
+        if row is None:
+            continue
+        try:
+            if isinstance(row, RowError):
+                raise row
+            item = parse(row)
+        except RowError as exc:
+            err = DataError(label, number, str(exc), unit="row")
+            if not skip_bad_rows:
+                raise err from None
+            if bad_rows is not None:
+                bad_rows.add(err)
+            continue
+        yield f"{label}: row {number}", item

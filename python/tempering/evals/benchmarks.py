@@ -22,36 +22,49 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Literal, TypeAlias
 
 import attrs
 
 from tempering.assets import resolve_data_path
 from tempering.data import RowError, parse_rows
 from tempering.data.hub import hub_rows
+from tempering.evals import schemas
+from tempering.evals.items import BenchmarkItem, text_field
 
 __all__ = [
     "BENCHMARKS",
+    "BENCHMARK_DIR_ENV",
     "Benchmark",
+    "BenchmarkDataMissingError",
     "BenchmarkItem",
+    "BenchmarkKind",
     "UnknownBenchmarkError",
     "get_benchmark",
     "load_items",
+    "local_copy_dir",
 ]
 
 BOXED_INSTRUCTION = "Reason step by step, and put your final answer within \\boxed{}."
 """Appended to every problem (the usual instruction of answer-graded math benchmarks)."""
 
+CHOICE_INSTRUCTION = (
+    "Think it through, then end your reply with a line 'Answer: X', where X is the letter of the "
+    "correct option."
+)
+"""Appended to every multiple-choice question (graded by the letter after the last 'Answer:')."""
 
-@attrs.frozen
-class BenchmarkItem:
-    """One problem: its id (the row's ``id`` field, else its index), the problem text and the
-    reference answer (a final answer, not a worked solution)."""
+CODE_INSTRUCTION = "Write the Python function in one ```python code block."
+"""Appended to every code problem (the last fenced Python block is run against the tests)."""
 
-    id: str
-    prompt: str
-    answer: str
+BenchmarkKind: TypeAlias = Literal["math", "choice", "ifeval", "code"]
+"""How a benchmark's replies are graded: a math answer (``MathGrader``), an option letter, IFEval's
+instruction checkers, or a program run against tests in a sandbox."""
+
+RowParser: TypeAlias = Callable[[Mapping[str, object], int], BenchmarkItem | None]
+"""Row → item; None leaves out a row the benchmark excludes (MMLU-Redux's mislabelled ones)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -60,7 +73,10 @@ class Benchmark:
     ``split``), the row fields that hold the problem and the answer, and how a prompt is made.
 
     ``answer_after_hashes``: the answer field is a worked solution whose final answer follows
-    ``####`` (GSM8K). ``instruction`` is appended to the problem after a blank line.
+    ``####`` (GSM8K). ``instruction`` is appended to the problem after a blank line. ``kind``:
+    how replies are graded; ``parse`` reads a row of a non-math schema
+    (:mod:`tempering.evals.schemas`; the field names above are then unused). ``hub_configs``:
+    several configs read one after the other (MMLU-Redux's subjects), instead of ``hub_config``.
     """
 
     name: str
@@ -72,15 +88,22 @@ class Benchmark:
     answer_field: str = "answer"
     answer_after_hashes: bool = False
     instruction: str = BOXED_INSTRUCTION
+    kind: BenchmarkKind = "math"
+    parse: RowParser | None = None
+    hub_configs: tuple[str, ...] = ()
+    source: str = ""
+    """Where the data and the grader come from, for docs/evals.md and ``tempering eval --list``."""
 
-    def item(self, row: object, index: int) -> BenchmarkItem:
-        """The item of one dataset row; :class:`~tempering.data.RowError` names a missing or
-        non-text field."""
+    def item(self, row: object, index: int) -> BenchmarkItem | None:
+        """The item of one dataset row (None: a row the benchmark leaves out);
+        :class:`~tempering.data.RowError` names a missing or malformed field."""
         if not isinstance(row, Mapping):
             raise RowError(f"{self.name}: a row must be an object, got {type(row).__name__}")
         fields: Mapping[str, object] = row  # pyright: ignore[reportUnknownVariableType]
-        problem = _text_field(fields, self.problem_field, self.name)
-        answer = _text_field(fields, self.answer_field, self.name)
+        if self.parse is not None:
+            return self.parse(fields, index)
+        problem = text_field(fields, self.problem_field, self.name)
+        answer = text_field(fields, self.answer_field, self.name)
         if self.answer_after_hashes:
             if "####" not in answer:
                 raise RowError(f"{self.name}: field {self.answer_field!r} has no '#### <answer>' line")
@@ -93,16 +116,68 @@ class Benchmark:
         return f"{item.prompt}\n\n{self.instruction}" if self.instruction else item.prompt
 
 
-def _text_field(row: Mapping[str, object], field: str, name: str) -> str:
-    if field not in row:
-        raise RowError(f"{name}: missing field {field!r} (the row has {sorted(row)})")
-    value = row[field]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str) or not value.strip():
-        raise RowError(f"{name}: field {field!r} must be non-empty text, got {value!r}")
-    return value
-
+MMLU_SUBJECTS = tuple(
+    [
+        "abstract_algebra",
+        "anatomy",
+        "astronomy",
+        "business_ethics",
+        "clinical_knowledge",
+        "college_biology",
+        "college_chemistry",
+        "college_computer_science",
+        "college_mathematics",
+        "college_medicine",
+        "college_physics",
+        "computer_security",
+        "conceptual_physics",
+        "econometrics",
+        "electrical_engineering",
+        "elementary_mathematics",
+        "formal_logic",
+        "global_facts",
+        "high_school_biology",
+        "high_school_chemistry",
+        "high_school_computer_science",
+        "high_school_european_history",
+        "high_school_geography",
+        "high_school_government_and_politics",
+        "high_school_macroeconomics",
+        "high_school_mathematics",
+        "high_school_microeconomics",
+        "high_school_physics",
+        "high_school_psychology",
+        "high_school_statistics",
+        "high_school_us_history",
+        "high_school_world_history",
+        "human_aging",
+        "human_sexuality",
+        "international_law",
+        "jurisprudence",
+        "logical_fallacies",
+        "machine_learning",
+        "management",
+        "marketing",
+        "medical_genetics",
+        "miscellaneous",
+        "moral_disputes",
+        "moral_scenarios",
+        "nutrition",
+        "philosophy",
+        "prehistory",
+        "professional_accounting",
+        "professional_law",
+        "professional_medicine",
+        "professional_psychology",
+        "public_relations",
+        "security_studies",
+        "sociology",
+        "us_foreign_policy",
+        "virology",
+        "world_religions",
+    ]
+)
+"""The 57 MMLU subjects: MMLU-Redux's hub configs."""
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
@@ -131,6 +206,66 @@ BENCHMARKS: dict[str, Benchmark] = {
             description="AIME 2025, 30 problems, integer answers (math-ai/aime25, test)",
             hub_name="math-ai/aime25",
         ),
+        Benchmark(
+            name="ifeval",
+            description="541 prompts with verifiable instructions (google/IFEval, train)",
+            hub_name="google/IFEval",
+            split="train",
+            kind="ifeval",
+            parse=schemas.ifeval_item,
+            instruction="",
+        ),
+        Benchmark(
+            name="mmlu_pro",
+            description="12,032 ten-option knowledge questions (TIGER-Lab/MMLU-Pro, test)",
+            hub_name="TIGER-Lab/MMLU-Pro",
+            kind="choice",
+            parse=schemas.mmlu_pro_item,
+            instruction=CHOICE_INSTRUCTION,
+        ),
+        Benchmark(
+            name="gpqa",
+            description="GPQA diamond, 198 graduate science questions (Idavidrein/gpqa, gpqa_diamond, train)",
+            hub_name="Idavidrein/gpqa",
+            hub_config="gpqa_diamond",
+            split="train",
+            kind="choice",
+            parse=schemas.gpqa_item,
+            instruction=CHOICE_INSTRUCTION,
+        ),
+        Benchmark(
+            name="supergpqa",
+            description="26,529 graduate questions in 285 disciplines (m-a-p/SuperGPQA, train)",
+            hub_name="m-a-p/SuperGPQA",
+            split="train",
+            kind="choice",
+            parse=schemas.supergpqa_item,
+            instruction=CHOICE_INSTRUCTION,
+        ),
+        Benchmark(
+            name="mmlu_redux",
+            description=(
+                "MMLU-Redux 2.0, 5,700 re-annotated MMLU questions, 57 subjects "
+                "(edinburgh-dawg/mmlu-redux-2.0, test)"
+            ),
+            hub_name="edinburgh-dawg/mmlu-redux-2.0",
+            hub_configs=MMLU_SUBJECTS,
+            kind="choice",
+            parse=schemas.mmlu_redux_item,
+            instruction=CHOICE_INSTRUCTION,
+        ),
+        Benchmark(
+            name="mbpp",
+            description=(
+                "500 basic Python problems, run against their asserts in a sandbox "
+                "(google-research-datasets/mbpp, full, test)"
+            ),
+            hub_name="google-research-datasets/mbpp",
+            hub_config="full",
+            kind="code",
+            parse=schemas.mbpp_item,
+            instruction=CODE_INSTRUCTION,
+        ),
     )
 }
 """The known benchmarks by name."""
@@ -149,15 +284,55 @@ def get_benchmark(name: str, known: Iterable[str] | None = None) -> Benchmark:
     raise UnknownBenchmarkError(f"unknown benchmark {name!r}; known benchmarks: {', '.join(names)}")
 
 
+BENCHMARK_DIR_ENV = "TEMPERING_BENCHMARK_DIR"
+"""Environment variable naming the directory of local benchmark copies (default
+``~/.cache/tempering/benchmarks``)."""
+
+_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def local_copy_dir() -> Path:
+    """Where local copies of benchmarks are looked for: ``$TEMPERING_BENCHMARK_DIR``, else
+    ``~/.cache/tempering/benchmarks``. A copy is ``<dir>/<name>.jsonl`` (or ``.json``,
+    ``.parquet``) in the benchmark's hub schema."""
+    env = os.environ.get(BENCHMARK_DIR_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "tempering" / "benchmarks"
+
+
+def _local_copy(bench: Benchmark) -> Path | None:
+    for suffix in _SUFFIXES:
+        path = local_copy_dir() / f"{bench.name}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+class BenchmarkDataMissingError(FileNotFoundError):
+    """A benchmark whose hub dataset cannot be read and that has no local copy; the message says
+    where to place one."""
+
+
 def _hub_rows(bench: Benchmark) -> Iterable[object]:
-    """The rows of ``bench``'s hub split through :func:`tempering.data.hub.hub_rows` (not
-    streamed: the whole split is downloaded and cached, as a benchmark is read again)."""
+    """The rows of ``bench``'s hub split (every config of ``hub_configs`` in turn) through
+    :func:`tempering.data.hub.hub_rows` (not streamed: the whole split is downloaded and cached,
+    as a benchmark is read again)."""
     if importlib.util.find_spec("datasets") is None:  # the `data` extra
         raise ImportError(
             f"benchmark {bench.name} reads {bench.hub_name} through Hugging Face datasets: "
             "pip install 'tempering[data]' (or pass data= a local copy)"
         )
-    return hub_rows(bench.hub_name, split=bench.split, config=bench.hub_config, streaming=False)
+    for config in bench.hub_configs or (bench.hub_config,):
+        yield from hub_rows(bench.hub_name, split=bench.split, config=config, streaming=False)
+
+
+def _missing(bench: Benchmark, exc: Exception) -> BenchmarkDataMissingError:
+    where = local_copy_dir() / f"{bench.name}.jsonl"
+    return BenchmarkDataMissingError(
+        f"benchmark {bench.name}: cannot read {bench.hub_name} ({bench.split}) from the Hugging Face "
+        f"hub ({type(exc).__name__}: {exc}) and there is no local copy. Place its rows, in the hub "
+        f"schema, at {where} (or .json/.parquet; directory: ${BENCHMARK_DIR_ENV}), or pass "
+        f"--data {bench.name}=PATH (data= in Python)"
+    )
 
 
 def load_items(
@@ -166,12 +341,16 @@ def load_items(
     """The items of ``bench``, in dataset order, at most ``limit`` of them.
 
     ``data``: a local ``.jsonl`` / ``.json`` / ``.parquet`` file in the benchmark's schema
-    (``tempering-assets:NAME`` for a shipped one) instead of the hub dataset. A row without a
-    needed field raises :class:`~tempering.data.DataError` naming the file, the row and the field.
+    (``tempering-assets:NAME`` for a shipped one) instead of the hub dataset. Without it, a local
+    copy in :func:`local_copy_dir` is read if there is one, else the hub; with neither,
+    :class:`BenchmarkDataMissingError` says where to place the files. A row without a needed
+    field raises :class:`~tempering.data.DataError` naming the file, the row and the field.
     """
     if limit is not None and limit < 1:
         raise ValueError(f"{bench.name}: limit must be at least 1, got {limit}")
     items: list[BenchmarkItem] = []
+    if data is None:
+        data = _local_copy(bench)
     if data is not None:
         path = resolve_data_path(os.fspath(data))
         if not Path(path).is_file():
@@ -180,17 +359,28 @@ def load_items(
             )
         counter = iter(range(1 << 62))
         for _, item in parse_rows(path, lambda row: bench.item(row, next(counter))):
+            if item is None:
+                continue
             items.append(item)
             if limit is not None and len(items) >= limit:
                 break
     else:
-        for index, row in enumerate(_hub_rows(bench)):
+        rows = iter(_hub_rows(bench))
+        index = 0
+        while limit is None or len(items) < limit:
             try:
-                items.append(bench.item(row, index))
+                row = next(rows)
+            except StopIteration:
+                break
+            except (ValueError, OSError, ConnectionError) as exc:
+                raise _missing(bench, exc) from exc
+            try:
+                item = bench.item(row, index)
             except RowError as exc:
                 raise ValueError(f"{bench.hub_name} ({bench.split}): row {index + 1}: {exc}") from exc
-            if limit is not None and len(items) >= limit:
-                break
+            if item is not None:
+                items.append(item)
+            index += 1
     if not items:
         raise ValueError(f"{bench.name}: no items in {data if data is not None else bench.hub_name}")
     return items

@@ -1,9 +1,10 @@
-"""Answer-graded benchmark evaluation of a sampling client (GSM8K, MATH-500, AIME).
+"""Graded benchmark evaluation of a sampling client (math, multiple choice, IFEval, code).
 
 :class:`BenchmarkEvaluator` asks every item ``num_samples`` times, each sample with its own
 seed (:func:`~tempering.evals.stats.item_seed` of the evaluator's seed, the benchmark, the item
-index and the sample index), grades each reply with :class:`~tempering.grading.MathGrader`
-(answer extraction, normalisation, math-verify equivalence under a time limit) and reports
+index and the sample index), grades each reply with the grader of the benchmark's kind
+(:mod:`tempering.evals.graders`; math: :class:`~tempering.grading.MathGrader`, answer
+extraction, normalisation, math-verify equivalence under a time limit) and reports
 pass@1 (the mean correctness over every sample) with a 95% Wilson interval and, with several
 samples, the standard deviation of the accuracy over samples. It satisfies
 ``SamplingClientEvaluator``, so the SFT and RL loops can run it every ``eval_every`` steps;
@@ -30,6 +31,7 @@ import attrs
 import tinker
 
 from tempering.evals.benchmarks import Benchmark, BenchmarkItem
+from tempering.evals.graders import ItemGrader, item_grader
 from tempering.evals.stats import item_seed, sample_std, wilson_interval
 from tempering.grading import MathGrader
 from tempering_protocols import Message, Renderer, SamplingClient
@@ -40,7 +42,8 @@ __all__ = ["BenchmarkEvaluator", "BenchmarkResult", "ItemResult", "SampleResult"
 @attrs.frozen
 class SampleResult:
     """One graded reply: its seed, text, extracted answer, whether it is correct, its length in
-    tokens, why sampling stopped, and whether the grader timed out."""
+    tokens, why sampling stopped, whether the grader timed out, its partial score (IFEval:
+    instructions followed; code: tests passed; None for other kinds) and IFEval's loose verdict."""
 
     seed: int
     text: str
@@ -49,6 +52,8 @@ class SampleResult:
     tokens: int
     stop_reason: str
     timed_out: bool = False
+    score: float | None = None
+    loose: bool | None = None
 
 
 @attrs.frozen
@@ -121,6 +126,12 @@ class BenchmarkResult:
             "truncated": sum(s.stop_reason == "length" for s in replies) / n,
             "mean_tokens": sum(s.tokens for s in replies) / n,
         }
+        scores = [s.score for s in replies if s.score is not None]
+        if scores:
+            figures["partial_credit"] = sum(scores) / len(scores)
+        loose = [s.loose for s in replies if s.loose is not None]
+        if loose:
+            figures["pass@1_loose"] = sum(loose) / len(loose)
         return {(f"{p}/{k}" if p else k): v for k, v in figures.items()}
 
     def to_json(self) -> dict[str, Any]:
@@ -150,6 +161,8 @@ class BenchmarkEvaluator:
 
     ``concurrency``: sampling requests in flight at once. ``system_prompt``: an optional system
     message before each problem. Each call appends its :class:`BenchmarkResult` to ``results``.
+    ``grader`` grades math answers; ``item_grader``, when given, grades every reply instead of
+    the default grader of the benchmark's kind (:func:`~tempering.evals.graders.item_grader`).
     """
 
     benchmark: Benchmark
@@ -163,10 +176,13 @@ class BenchmarkEvaluator:
     system_prompt: str | None = None
     concurrency: int = attrs.field(default=32, validator=_check_positive)
     results: list[BenchmarkResult] = attrs.field(factory=list[BenchmarkResult])
+    item_grader: ItemGrader | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.items:
             raise ValueError(f"BenchmarkEvaluator({self.benchmark.name}): no items")
+        if self.item_grader is None:
+            self.item_grader = item_grader(self.benchmark, self.grader)
 
     def messages(self, item: BenchmarkItem) -> list[Message]:
         """The conversation that asks ``item``."""
@@ -192,7 +208,8 @@ class BenchmarkEvaluator:
             (sequence,) = response.sequences
             message, _ = self.renderer.parse_response(sequence.tokens)
             text = message["content"]
-            graded = await self.grader.agrade(text, item.answer)
+            assert self.item_grader is not None
+            graded = await self.item_grader(text, item)
             return SampleResult(
                 seed=seed,
                 text=text,
@@ -201,6 +218,8 @@ class BenchmarkEvaluator:
                 tokens=len(sequence.tokens),
                 stop_reason=str(sequence.stop_reason),
                 timed_out=graded.timed_out,
+                score=graded.score,
+                loose=graded.loose,
             )
 
         async def item_result(index: int, item: BenchmarkItem) -> ItemResult:

@@ -21,6 +21,7 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.benchmarks import BENCHMARKS, get_benchmark, load_items
+from tempering.evals.graders import item_grader
 from tempering.evals.math_bench import BenchmarkEvaluator
 from tempering.evals.nll import ChatNLLEvaluator
 from tempering.grading import MathGrader
@@ -54,7 +55,8 @@ class EvalSuite:
     """
 
     benchmarks: tuple[str, ...] = ()
-    """Benchmarks to run: gsm8k, math500, aime24, aime25, nll."""
+    """Benchmarks to run: gsm8k, math500, aime24, aime25, ifeval, mmlu_pro, gpqa, supergpqa,
+    mmlu_redux, mbpp, nll (tempering eval --list)."""
     data: tuple[str, ...] = ()
     """Local data instead of the hub: PATH (one benchmark) or NAME=PATH entries; a .jsonl/.json/
     .parquet file in the benchmark's schema, or tempering-assets:NAME."""
@@ -69,7 +71,8 @@ class EvalSuite:
     seed: int = 0
     """The evaluation's seed: each item's and sample's seed derives from it."""
     grader_timeout_s: float = 5.0
-    """Time limit of one answer check (a timeout is a wrong answer, and counted)."""
+    """Time limit of one answer check, or of one program run for code benchmarks (a timeout is
+    a wrong answer, and counted)."""
     system_prompt: str | None = None
     """A system message before each problem."""
 
@@ -122,6 +125,7 @@ class EvalSuite:
                     load_items(bench, paths.get(name), self.limit),
                     renderer,
                     grader=grader,
+                    item_grader=item_grader(bench, grader, code_timeout_s=self.grader_timeout_s),
                     num_samples=self.num_samples,
                     temperature=self.temperature,
                     max_tokens=self.max_tokens,
