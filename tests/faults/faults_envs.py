@@ -81,3 +81,32 @@ class MisbehavingGroup(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return [self.mode]
+
+
+@attrs.define
+class MisbehavingDataset:
+    """``n_batches`` batches of ``batch_size`` :class:`MisbehavingGroup` s of ``mode``."""
+
+    mode: str
+    batch_size: int
+    group_size: int
+    n_batches: int
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        return [MisbehavingGroup(self.mode, self.group_size) for _ in range(self.batch_size)]
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+
+@attrs.define
+class MisbehavingDatasetBuilder:
+    """An RL dataset builder for ``tempering rl --dataset-builder faults_envs:MisbehavingDatasetBuilder``."""
+
+    mode: str = "nan"
+    batch_size: int = 2
+    group_size: int = 2
+    n_batches: int = 2
+
+    async def __call__(self) -> tuple[MisbehavingDataset, None]:
+        return MisbehavingDataset(self.mode, self.batch_size, self.group_size, self.n_batches), None

@@ -64,7 +64,9 @@ def _cli_env(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.timeout(240)
 def test_rl_where_every_rollout_fails_stops_with_the_first_error(tmp_path: Path) -> None:
     """Bug 6: ``tempering rl --temperature -1`` exited 0 having trained nothing, the error never
-    shown. Now: exit 1 at step 0, naming the error and its message; the message logged once."""
+    shown. Now: exit 1 at step 0, naming the error and its message; the message logged once.
+    (``--temperature -1`` itself is now refused as a flag before anything runs, issue 32; here
+    every rollout fails because the env's rewards are NaN.)"""
     log_dir = tmp_path / "run"
     proc = subprocess.run(
         [
@@ -74,19 +76,16 @@ def test_rl_where_every_rollout_fails_stops_with_the_first_error(tmp_path: Path)
             "rl",
             "--run.log-dir",
             str(log_dir),
-            "--temperature",
-            "-1",
-            "dataset:lowercase-task",
+            "--dataset-builder",
+            "faults_envs:MisbehavingDatasetBuilder",
+            "--dataset.mode",
+            "nan",
             "--num-steps",
             "2",
             "--max-tokens",
             "4",
-            "--dataset.batch-size",
-            "2",
-            "--dataset.group-size",
-            "2",
         ],
-        env=_cli_env(tmp_path),
+        env={**_cli_env(tmp_path), "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])},
         capture_output=True,
         text=True,
         timeout=220,
@@ -95,12 +94,11 @@ def test_rl_where_every_rollout_fails_stops_with_the_first_error(tmp_path: Path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("tempering rl: step 0: every rollout failed"), proc.stderr[-3000:]
-    assert "ValueError: 4" in last  # 2 groups x 2 members, counted by type
-    assert "The first error: ValueError:" in last
-    assert "temperature" in last.lower()
+    assert "RewardError: 4" in last  # 2 groups x 2 members, counted by type
+    assert "The first error: RewardError: MisbehavingEnv.step (turn 0) returned the reward nan" in last
     assert "Traceback" not in proc.stderr
     # The distinct message was logged once at WARNING, not once per rollout.
-    warnings = [ln for ln in proc.stderr.splitlines() if "failed: ValueError:" in ln]
+    warnings = [ln for ln in proc.stderr.splitlines() if "failed: RewardError:" in ln]
     assert len(warnings) == 1, warnings
     # Nothing half-written: the run directory holds its config, and no step was recorded.
     assert json.loads((log_dir / "config.json").read_text())

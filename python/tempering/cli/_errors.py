@@ -133,8 +133,9 @@ def run_guarded(command: str, body: Callable[[], int], *, debug: bool) -> int:
         if not failed and not isinstance(exc, _bad_input_types()):
             traceback.print_exc()
             print(
-                f"tempering {command}: this is a bug in tempering ({type(exc).__name__}, traceback above); "
-                "please report it with the command that ran",
+                f"tempering {command}: unexpected {type(exc).__name__} (traceback above): if it ends in your "
+                "own code (a dataset builder, env, grader), fix it there; otherwise this is a bug in "
+                "tempering: please report it with the command that ran",
                 file=sys.stderr,
             )
             return _EXIT_FAILED

@@ -48,7 +48,7 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from tempering.local.errors import ModelCacheError
+    from tempering.local.errors import ModelCacheError, ModelNotAvailableError
     from tempering.local.model_cache import list_models, pull
 
     root = _root(args)
@@ -58,7 +58,7 @@ def _models(args: argparse.Namespace) -> int:
             path = pull(args.name, root, source=Path(source) if source else None, force=bool(args.force))
         except ModelCacheError as exc:
             print(f"tempering models pull: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
+            return 2 if isinstance(exc, ModelNotAvailableError) else 1  # a name it has not: bad input
         print(path)
         return 0
     entries = list_models(root)
