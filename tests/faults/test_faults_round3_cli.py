@@ -141,8 +141,14 @@ def test_ctrl_c_exits_130_and_says_how_the_run_resumes(tmp_path: Path, tempering
         (["sft", "--model.seed", "-1"], "--model.seed must be an integer >= 0, got -1"),
         (["dpo", "--beta", "-0.1"], "--beta must be > 0, got -0.1"),
         (["rm", "--num-epochs", "-1"], "--num-epochs must be an integer >= 1, got -1"),
-        (["rl", "dataset:arithmetic-task", "--num-steps", "-2"], "--num-steps must be an integer >= 1, got -2"),
-        (["rl", "dataset:arithmetic-task", "--temperature", "nan"], "--temperature must be a number, got nan"),
+        (
+            ["rl", "dataset:arithmetic-task", "--num-steps", "-2"],
+            "--num-steps must be an integer >= 1, got -2",
+        ),
+        (
+            ["rl", "dataset:arithmetic-task", "--temperature", "nan"],
+            "--temperature must be a number, got nan",
+        ),
         (["rl", "dataset:arithmetic-task", "--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
         (
             ["rl", "dataset:arithmetic-task", "--dataset.group-size", "0"],
@@ -180,14 +186,17 @@ def test_a_log_dir_that_is_a_file_or_under_a_file_is_named(
     blocker = tmp_path / "file"
     blocker.write_text("kept")
     code, err = _run(["sft", f"--run.log-dir={blocker}"], capsys)
-    assert code == 2 and f"--run.log-dir {blocker} is a regular file, not a directory" in err
+    assert code == 2
+    assert f"--run.log-dir {blocker} is a regular file, not a directory" in err
     code, err = _run(["sft", f"--run.log-dir={blocker / 'run'}"], capsys)
     assert code == 2
     assert f"cannot be made: {blocker} is a regular file where a directory is expected" in err
     assert blocker.read_text() == "kept"
 
 
-def test_a_model_directory_that_is_not_a_model_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_directory_that_is_not_a_model_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Before: a message about tokenizer libraries (sentencepiece, tiktoken)."""
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("hi")
@@ -195,9 +204,13 @@ def test_a_model_directory_that_is_not_a_model_is_named(tmp_path: Path, capsys: 
     code, err = _run(argv, capsys)
     assert code == 2, err
     assert f"base model {tmp_path / 'notes'} is a directory but not a model: missing config.json" in err
-    assert "sentencepiece" not in err and "Traceback" not in err
-    code, err = _run(["sft", f"--run.log-dir={tmp_path / 'run'}", f"--model.base-model={tmp_path / 'gone'}"], capsys)
-    assert code == 2 and f"base model {tmp_path / 'gone'}: no such directory" in err
+    assert "sentencepiece" not in err
+    assert "Traceback" not in err
+    code, err = _run(
+        ["sft", f"--run.log-dir={tmp_path / 'run'}", f"--model.base-model={tmp_path / 'gone'}"], capsys
+    )
+    assert code == 2
+    assert f"base model {tmp_path / 'gone'}: no such directory" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -210,7 +223,10 @@ def _probes() -> list[list[str]]:
     probes += [["recipe", "no-such-recipe"], ["no-such-command"], ["tiny-model"]]
     probes += [["serve", "--port", "abc"], ["serve", "--max-request-mb", "nan"], ["view"]]
     probes += [["export"], ["checkpoints", "list", "--no-such-flag"], ["models", "pull"]]
-    probes += [["models", "pull", "no-such-model"], ["checkpoints", "prune", "/nonexistent/run", "--keep-last", "1"]]
+    probes += [
+        ["models", "pull", "no-such-model"],
+        ["checkpoints", "prune", "/nonexistent/run", "--keep-last", "1"],
+    ]
     probes += [["eval", "--benchmark", "no-such-benchmark", "--base-model", "tempering/tiny"]]
     return probes
 

@@ -8,9 +8,9 @@ one or two lines with no traceback, and that nothing already written is lost.
 from __future__ import annotations
 
 import json
-import re
 import logging
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -25,6 +25,7 @@ import pytest
 from tempering.data import DataError, load_chat
 from tempering.fs import LOCK_NAME, DirLock, DirLockedError
 from tempering.training import RunDir, RunLockedError
+
 
 @attrs.define
 class _Config:
@@ -84,7 +85,9 @@ def test_two_trainers_on_one_run_dir_the_second_is_refused(tmp_path: Path, tempe
     procs: list[subprocess.Popen[str]] = []
     for _ in range(2):
         procs.append(
-            subprocess.Popen(cmd, env=_env(tempering_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                cmd, env=_env(tempering_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         )
         time.sleep(0.5)
     results = [(p, *p.communicate(timeout=280)) for p in procs]
@@ -110,7 +113,9 @@ def test_a_run_dir_held_by_another_process_is_refused_in_process(
     assert not (directory / "config.json").exists()
 
 
-def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_lock_left_by_a_killed_process_is_taken_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The lock file stays after SIGKILL; the kernel dropped the flock, so the next run takes it."""
     directory = tmp_path / "run"
     proc = _hold_lock(directory)
@@ -118,7 +123,8 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path: Path, caplog: p
     assert json.loads((directory / LOCK_NAME).read_text())["pid"] == proc.pid
     with caplog.at_level(logging.INFO, logger="tempering.fs"):
         run, resumed = RunDir.open(directory, _Config())
-    assert not resumed and run.locked
+    assert not resumed
+    assert run.locked
     assert f"taking over the lock left by pid {proc.pid}" in caplog.text
     assert "no longer running" in caplog.text
     assert json.loads((directory / LOCK_NAME).read_text())["pid"] == os.getpid()
@@ -129,7 +135,9 @@ def test_the_lock_is_released_when_the_run_ends(tmp_path: Path) -> None:
     run, _ = RunDir.open(tmp_path / "run", _Config())
     run.close()
     code = f"from tempering.fs import DirLock; DirLock.acquire({str(tmp_path / 'run')!r}); print('ok')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.stdout.strip() == "ok", out.stderr
 
 
@@ -179,17 +187,22 @@ def test_dir_lock_is_per_process_and_released_by_the_last_handle(tmp_path: Path)
     second = DirLock.acquire(tmp_path / "d")  # the same process may open its own directory again
     first.release()
     code = f"from tempering.fs import DirLock; DirLock.acquire({str(tmp_path / 'd')!r})"
-    held = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
-    assert held.returncode != 0 and "DirLockedError" in held.stderr
+    held = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert held.returncode != 0
+    assert "DirLockedError" in held.stderr
     second.release()
-    free = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    free = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert free.returncode == 0, free.stderr
-    with pytest.raises(DirLockedError):  # and a lock this process cannot take names the holder
-        proc = _hold_lock(tmp_path / "e")
-        try:
+    proc = _hold_lock(tmp_path / "e")  # a lock another process holds: DirLockedError, naming it
+    try:
+        with pytest.raises(DirLockedError, match=f"in use by pid {proc.pid}"):
             DirLock.acquire(tmp_path / "e")
-        finally:
-            _stop(proc)
+    finally:
+        _stop(proc)
 
 
 # ------------------------------------------------------------------------------ filesystem faults
@@ -294,7 +307,9 @@ def test_a_data_path_that_is_not_a_file_is_named_as_what_it_is(tmp_path: Path, k
     else:
         path.symlink_to(tmp_path / "other.jsonl")
         (tmp_path / "other.jsonl").symlink_to(path)
-    expected = {"fifo": "a FIFO (named pipe)", "directory": "a directory", "symlink loop": "a symlink loop"}[kind]
+    expected = {"fifo": "a FIFO (named pipe)", "directory": "a directory", "symlink loop": "a symlink loop"}[
+        kind
+    ]
     with pytest.raises(DataError, match=re.escape(f"data.jsonl: is {expected}, not a regular file")):
         load_chat(path)
 
@@ -305,5 +320,7 @@ def test_a_data_row_nested_100k_levels_is_a_named_error(tmp_path: Path) -> None:
     path = tmp_path / "deep.jsonl"
     good = {"messages": [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}]}
     path.write_text(json.dumps(good) + "\n" + '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
-    with pytest.raises(DataError, match=r"deep\.jsonl:2: JSON nested deeper than 64 levels .* at character 77"):
+    with pytest.raises(
+        DataError, match=r"deep\.jsonl:2: JSON nested deeper than 64 levels .* at character 77"
+    ):
         load_chat(path)

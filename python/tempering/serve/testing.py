@@ -45,11 +45,6 @@ class ServerProcess:
         self._pump_thread: threading.Thread | None = None
         self.log: list[str] = []
 
-    @property
-    def pid(self) -> int | None:
-        """The server process's pid (None before :meth:`start`)."""
-        return None if self._proc is None else self._proc.pid
-
     def start(self) -> ServerProcess:
         env = dict(os.environ)
         env.update(
