@@ -37,9 +37,7 @@ __all__ = [
     "LOCK_NAME",
     "DirLock",
     "DirLockedError",
-    "NotAFileError",
     "blocking_file",
-    "check_input_file",
     "describe_os_error",
     "named_os_error",
     "naming",
@@ -59,10 +57,6 @@ class DirLockedError(RuntimeError):
     def __init__(self, message: str, holder: dict[str, object]) -> None:
         super().__init__(message)
         self.holder = holder
-
-
-class NotAFileError(ValueError):
-    """An input path that exists but is not a regular file (a directory, FIFO, socket, ...)."""
 
 
 def path_kind(path: str | os.PathLike[str]) -> str:
@@ -90,23 +84,6 @@ def path_kind(path: str | os.PathLike[str]) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "not a regular file"
-
-
-def check_input_file(path: str | os.PathLike[str], what: str) -> None:
-    """Refuse an input ``path`` that is not a regular file, naming what it is.
-
-    Raises ``FileNotFoundError`` for a missing path (``what`` and the path in the message) and
-    :class:`NotAFileError` for a directory, FIFO, socket, device or symlink loop (reading a FIFO
-    would block; reading a directory fails with a misleading message).
-    """
-    kind = path_kind(path)
-    if kind == "a regular file":
-        return
-    if kind.startswith("missing"):
-        raise FileNotFoundError(
-            errno.ENOENT, f"{what} {os.fspath(path)} does not exist ({kind})", os.fspath(path)
-        )
-    raise NotAFileError(f"{what} {os.fspath(path)} is {kind}, not a regular file; give the path of a file")
 
 
 def blocking_file(path: str | os.PathLike[str]) -> Path | None:
