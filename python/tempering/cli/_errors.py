@@ -96,11 +96,18 @@ def _interrupted(command: str) -> str:
                 f"  {run.path}: no checkpoint saved yet; the same command starts the run again from step 0"
             )
         else:
-            lines.append(
-                f"  {run.path}: kept up to its checkpoint at step {last.step}; run the same command again "
-                "to resume from there (--run.if-exists resume, the default)"
+            resume = (
+                ""
+                if command in ("recipe", "demo")
+                else "; run the same command again to resume from there (--run.if-exists resume, the default)"
             )
-    if len(lines) == 1:
+            lines.append(f"  {run.path}: kept up to its checkpoint at step {last.step}{resume}")
+    if command in ("recipe", "demo"):
+        lines.append(
+            "  recipes do not resume: the same command starts over and empties the output directory "
+            "(--out); copy what you need from it first"
+        )
+    elif len(lines) == 1:
         lines.append("  nothing was being trained; run the command again")
     return "\n".join(lines)
 
