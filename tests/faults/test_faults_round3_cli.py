@@ -164,6 +164,10 @@ def test_ctrl_c_exits_130_and_says_how_the_run_resumes(tmp_path: Path, tempering
             "--run.progress and --run.no-progress are both given; they contradict each other, give one",
         ),
         (["recipe", "chat-sft", "--seed", "-3"], "--seed must be an integer >= 0, got -3"),
+        (
+            ["rl", "dataset:arithmetic-task", "--model.init-state", "/nonexistent/ckpt"],
+            "--model.init-state /nonexistent/ckpt is missing, not a checkpoint directory",
+        ),
         (["demo", "--seed", "-3"], "--seed must be an integer >= 0, got -3"),
     ],
 )
@@ -228,6 +232,8 @@ def _probes() -> list[list[str]]:
         ["checkpoints", "prune", "/nonexistent/run", "--keep-last", "1"],
     ]
     probes += [["eval", "--benchmark", "no-such-benchmark", "--base-model", "tempering/tiny"]]
+    probes += [["checkpoints", "list", "/nonexistent/run"], ["models", "list", "--store", "/dev/null"]]
+    probes += [["rl", "dataset:arithmetic-task", "--model.init-state", "/nonexistent/ckpt"]]
     return probes
 
 

@@ -121,6 +121,12 @@ def _check_value(path: list[str], value: object) -> None:
                 )
             if kind not in ("a directory", "missing"):
                 raise FlagError(f"{flag} {value} is {kind}, not a directory; give a directory")
+        elif name == "init_state":
+            kind = path_kind(value)
+            if kind != "a directory":
+                raise FlagError(
+                    f"{flag} {value} is {kind}, not a checkpoint directory; give a save_state path"
+                )
         elif name == "path" or name.endswith(_FILE_SUFFIXES):
             kind = path_kind(value)
             if kind not in ("a regular file", "a directory", "missing") or (

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.cli._units import size_text
+from tempering.fs import path_kind
 
 __all__ = ["add_commands"]
 
@@ -44,7 +45,13 @@ def _root(args: argparse.Namespace) -> Path:
     from tempering.local.checkpoints import default_root
 
     store: str | None = args.store
-    return Path(store).expanduser() if store else default_root()
+    root = Path(store).expanduser() if store else default_root()
+    kind = path_kind(root)
+    if kind not in ("a directory", "missing"):
+        raise SystemExit(
+            f"tempering models: the store {root} is {kind}, not a directory; give --store a directory"
+        )
+    return root
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.cli._units import age_s, size_text
+from tempering.fs import path_kind
 
 __all__ = ["add_commands"]
 
@@ -187,6 +188,11 @@ def _list(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         from tempering.training.rundir import RunDir
 
+        if not _is_run_dir(Path(args.run_dir)):
+            raise SystemExit(
+                f"tempering checkpoints list: {args.run_dir} is {path_kind(args.run_dir)}, not a run "
+                "directory (no config.json and checkpoints.jsonl)"
+            )
         for r in RunDir(args.run_dir).checkpoints():
             final = " final" if r.final else ""
             print(f"{r.name:<14} step {r.step:>6}{final}  {r.state_path}")
@@ -248,7 +254,8 @@ def _prune(args: argparse.Namespace) -> int:
         run = RunDir(args.run_dir)
         if not _is_run_dir(run.path):
             raise SystemExit(
-                f"tempering checkpoints prune: {run.path} is not a run directory (no checkpoints.jsonl)"
+                f"tempering checkpoints prune: {run.path} is {path_kind(run.path)}, not a run directory "
+                "(no config.json and checkpoints.jsonl)"
             )
         store = _store(args)
         run.lock()  # a trainer writing the run refuses the prune (RunLockedError, named)
