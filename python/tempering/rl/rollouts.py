@@ -15,8 +15,10 @@ timeouts, retries      ``rollout_timeout_s`` (default 600 s) bounds one member's
                        failed member is replayed on a fresh env (``max_retries``) when the group's
                        envs are independent
 viable groups          a group is kept when at least ``min_group_fraction`` of its members finished
-budgets                ``max_turns`` (default 64) and ``max_trajectory_tokens`` end an episode early
-                       (the trajectory is kept; its end reason says why)
+limits                 turns (default 64), sampled tokens, prompt plus sampled tokens, tool calls,
+                       wall time per rollout and per sampling call; what a limit does, the
+                       termination-reward clamp, fail-fast, presets and hooks:
+                       :mod:`tempering.rl.rollout_policy` (the end reason says which limit)
 failures               an env that raises, returns a reward that is not a finite number, or makes
                        no envs fails its rollout, never the run; failures are counted by exception
                        type (``rollout/failed/<Type>``) and each distinct message is logged once at
