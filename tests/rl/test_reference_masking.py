@@ -117,10 +117,14 @@ def _built_by_hand(metrics: dict[str, float | int]) -> TrajectoryGroup:
 
     def one(m: dict[str, float | int]) -> Trajectory:
         ac = TokensWithLogprobs(tokens=[7, STOP], maybe_logprobs=[-0.25, -0.5])
-        tr = Transition(ob=tinker.ModelInput.from_ints([1, 2]), ac=ac, reward=1.0, episode_done=True, metrics=m)
+        tr = Transition(
+            ob=tinker.ModelInput.from_ints([1, 2]), ac=ac, reward=1.0, episode_done=True, metrics=m
+        )
         return Trajectory(transitions=[tr], final_ob=tinker.ModelInput.empty())
 
-    return TrajectoryGroup(trajectories_G=[one({}), one(metrics)], final_rewards_G=[0.0, 0.0], metrics_G=[{}, {}])
+    return TrajectoryGroup(
+        trajectories_G=[one({}), one(metrics)], final_rewards_G=[0.0, 0.0], metrics_G=[{}, {}]
+    )
 
 
 @pytest.mark.parametrize("key", [PARSE_ERROR_MASKED, MASK_TURN])

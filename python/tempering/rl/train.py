@@ -47,6 +47,7 @@ from tinker import types as ttypes
 
 from tempering.backend import ModelConfig, ServiceClient
 from tempering.evals.suite import EvalSuite
+from tempering.rl.batch_policy import BatchPolicy, BatchShaper, refill_rollouts
 from tempering.rl.data import (
     Baseline,
     RaggedBatch,
@@ -65,11 +66,11 @@ from tempering.rl.rollouts import (
     RolloutConfig,
     RolloutLimits,
     raise_if_every_rollout_failed,
-    rollout_batch,
     rollout_group,
     warn_if_nothing_to_learn,
 )
 from tempering.rl.schedules import AsyncGroups, as_completed, in_order
+from tempering.rl.test_set import evaluate_test_set
 from tempering.rl.trajectories import StepLog, TrajectoryLog
 from tempering.training.loop import PendingStep, RunConfig, TrainingLoop, TrainResult, run_pipelined
 from tempering.training.schedule import AdamConfig
@@ -136,6 +137,8 @@ class RLConfig:
     stale_policy: StalePolicy = "drop"
     """With ``schedule=async``: drop a group older than that, or sample it again."""
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
+    batch: BatchPolicy = attrs.field(factory=BatchPolicy)
+    """Dynamic sampling and overlong filtering/shaping (rl/batch_policy.py)."""
     kl_penalty_coef: float = 0.0
     """Weight of the per-token KL penalty against ``kl_reference`` (0: off)."""
     kl_reference: str | None = None
@@ -170,6 +173,7 @@ class RLConfig:
             raise ValueError(f"num_substeps must be >= 1, got {self.num_substeps}")
         if self.max_steps_off_policy < 0:
             raise ValueError(f"max_steps_off_policy must be >= 0, got {self.max_steps_off_policy}")
+        self.batch.check_schedule(self.schedule)
         for key, value in (self.loss_fn_config or {}).items():
             if not math.isfinite(value):
                 raise ValueError(f"loss_fn_config[{key!r}] must be a finite number, got {value}")
@@ -222,6 +226,7 @@ class _Run:
         """The trajectory log's writer (``RLConfig.log_trajectories``)."""
         self.evaluators = config.evals.build(config.model)
         """``RLConfig.evals``' evaluators, run with the test set."""
+        self.shaper = BatchShaper(config.batch, config.max_tokens)
 
     def _policy(self, client: SamplingClient, version: int) -> TinkerTokenCompleter:
         return TinkerTokenCompleter(client, self.config.max_tokens, self.config.temperature, version)
@@ -261,7 +266,11 @@ class _Run:
                 for p, b in enumerate(builders)
             ]
             source = in_order(tasks) if config.schedule == "sync" else as_completed(tasks)
-        size = math.ceil(n_groups / config.num_substeps)
+            if config.batch.dynamic_sampling:  # the step's groups, then refills of zero-variance ones
+                refill = refill_rollouts(self.batch, step, n_groups, policy, config.rollout,
+                    limits=self.limits, executor=self.executor, seed=config.seed)  # fmt: skip
+                source, n_groups = self.shaper.source(tasks, refill), -n_groups
+        size = math.ceil(abs(n_groups) / config.num_substeps)  # n_groups < 0: until the source ends
         chunk: list[GroupRollout] = []
         collected = 0
         async for rollout in source:
@@ -306,6 +315,7 @@ class _Run:
         config = self.config
         t0 = time.perf_counter()
         # With a teacher, a group of equal rewards still carries the distillation signal: keep it.
+        groups = self.shaper.shape(groups)
         kept = list(groups) if self.teacher is not None else remove_constant_reward_groups(groups)[0]
         if not kept:
             timers.add("data", time.perf_counter() - t0)
@@ -371,7 +381,7 @@ class _Run:
         # The weights after this step sample the next one (queued behind its optim_step).
         self.policy = self._policy(await self.loop.sampling_client(), step + 1)
         await self.async_groups.submitted(step + 1)
-        metrics = rollout_metrics(used) | executor_metrics(self.executor)
+        metrics = rollout_metrics(used) | executor_metrics(self.executor) | self.shaper.step_metrics(used)
         n_stale = self.async_groups.stale.n_stale - stale_before
         n_seen = len(used) + n_stale
         n_failed = sum(r.group is None for r in used)
@@ -424,27 +434,9 @@ class _Run:
         return finish
 
     async def evaluate(self, after: int) -> dict[str, float]:
-        """Roll out every batch of the test dataset with the newest weights (those after ``after``
-        steps); ``test/…`` metrics, and those of ``RLConfig.evals``."""
-        t0 = time.perf_counter()
-        rollouts: list[GroupRollout] = []
-        seed = self.config.seed
-        test_ds = self.test_ds
-        for i in range(len(test_ds) if test_ds is not None else 0):
-            assert test_ds is not None
-            rollouts += await rollout_batch(
-                test_ds.get_batch(i),
-                self.policy,
-                self.config.rollout,
-                limits=self.limits,
-                executor=self.executor,
-                seed=None if seed is None else sampling_seed(seed, "test", after, i),
-            )
-        out = rollout_metrics(rollouts, prefix="test") if test_ds is not None else {}
-        for evaluator in self.evaluators:
-            out |= await evaluator(self.policy.sampling_client)
-        out["time/eval"] = time.perf_counter() - t0
-        return out
+        """The test set and ``RLConfig.evals`` with the newest weights (rl/test_set.py)."""
+        return await evaluate_test_set(self.test_ds, self.evaluators, self.policy, self.config.rollout,
+            limits=self.limits, executor=self.executor, seed=self.config.seed, after=after)  # fmt: skip
 
 
 async def train(config: RLConfig, *, service: ServiceClient | None = None) -> TrainResult:
