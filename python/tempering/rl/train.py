@@ -58,6 +58,7 @@ from tempering.rl.data import (
 )
 from tempering.rl.executor_factory import executor_metrics, make_executor
 from tempering.rl.executors import RolloutExecutor
+from tempering.rl.importance import ImportanceCorrection, correct_importance
 from tempering.rl.loss_inputs import loss_datums
 from tempering.rl.metrics import Timers, mismatch_metrics, rollout_metrics
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
@@ -139,6 +140,8 @@ class RLConfig:
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
     batch: BatchPolicy = attrs.field(factory=BatchPolicy)
     """Dynamic sampling and overlong filtering/shaping (rl/batch_policy.py)."""
+    importance: ImportanceCorrection = attrs.field(factory=ImportanceCorrection)
+    """Truncated/masked importance-sampling correction (rl/importance.py); ``off`` by default."""
     kl_penalty_coef: float = 0.0
     """Weight of the per-token KL penalty against ``kl_reference`` (0: off)."""
     kl_reference: str | None = None
@@ -341,7 +344,8 @@ class _Run:
                 batch, kl_metrics = batch.with_kl_penalty(ref_N, coef=config.kl_penalty_coef)
                 extra.update(kl_metrics)
             timers.add("wait", time.perf_counter() - t1)
-        t2 = time.perf_counter()
+        batch, is_metrics = await correct_importance(batch, self.loop.client, config.importance)
+        t2, extra = time.perf_counter(), extra | is_metrics
         data_D = loss_datums(batch.to_datums(), config.loss_fn)
         if not data_D:  # gspo: no trained token in the minibatch
             timers.add("train", time.perf_counter() - t2)
