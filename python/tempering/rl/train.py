@@ -52,7 +52,6 @@ from tempering.rl.data import (
     Baseline,
     RaggedBatch,
     compute_advantages,
-    reference_logprobs,
     remove_constant_reward_groups,
     trajectories_to_batch,
 )
@@ -71,6 +70,7 @@ from tempering.rl.rollouts import (
     warn_if_nothing_to_learn,
 )
 from tempering.rl.schedules import AsyncGroups, as_completed, in_order
+from tempering.rl.teachers import Teachers, apply_teachers_and_reference
 from tempering.rl.test_set import evaluate_test_set
 from tempering.rl.trajectories import StepLog, TrajectoryLog
 from tempering.training.loop import PendingStep, RunConfig, TrainingLoop, TrainResult, run_pipelined
@@ -148,6 +148,8 @@ class RLConfig:
     """Sampler weights path of the KL reference; ``None``: the base model."""
     distill_teacher: str | None = None
     """Sampler weights path of a teacher for on-policy distillation (``None``: off)."""
+    distill_teachers: Mapping[str, str] | None = None
+    """Logging tag (an interleaved dataset's source name) → teacher path: one teacher per dataset."""
     distill_coef: float = 1.0
     """Weight of the teacher's per-token reverse KL in the advantage."""
     env_workers: int = 0
@@ -216,7 +218,7 @@ class _Run:
         self.limits = RolloutLimits.from_config(config.rollout)
         self.policy = self._policy(sampler, loop.start_step)
         self.reference: SamplingClient | None = None
-        self.teacher: SamplingClient | None = None
+        self.teachers = Teachers()
         self.async_groups = AsyncGroups(
             self._prepare_rollout,
             self.batch,
@@ -313,13 +315,13 @@ class _Run:
     # -------------------------------------------------------------- one step
 
     async def _train_minibatch(
-        self, groups: list[TrajectoryGroup], step: int, timers: Timers
+        self, groups: list[TrajectoryGroup], tags_P: list[list[str]], step: int, timers: Timers
     ) -> _Substep | None:
         config = self.config
         t0 = time.perf_counter()
         # With a teacher, a group of equal rewards still carries the distillation signal: keep it.
         groups = self.shaper.shape(groups)
-        kept = list(groups) if self.teacher is not None else remove_constant_reward_groups(groups)[0]
+        kept = list(groups) if self.teachers.active else remove_constant_reward_groups(groups)[0]
         if not kept:
             timers.add("data", time.perf_counter() - t0)
             return None
@@ -327,23 +329,12 @@ class _Run:
             kept, normalize_std=config.normalize_advantages, baseline=config.baseline
         )
         batch = trajectories_to_batch(kept, advantages_P)
-        extra: dict[str, float] = {}
         timers.add("data", time.perf_counter() - t0)
-        if self.reference is not None or self.teacher is not None:
-            t1 = time.perf_counter()
-            data_D = batch.to_datums()
-            if self.teacher is not None:
-                teacher_N = self._flat(await reference_logprobs(data_D, self.teacher), batch)
-                reverse_kl_N = (batch.logprobs_N - teacher_N) * batch.mask_N
-                adv = (batch.advantages_N - config.distill_coef * reverse_kl_N).astype(np.float32)
-                batch = batch.with_advantages(adv)
-                n = float(batch.mask_N.sum())
-                extra["distill/reverse_kl"] = float(reverse_kl_N.sum() / n) if n else 0.0
-            if self.reference is not None:
-                ref_N = self._flat(await reference_logprobs(data_D, self.reference), batch)
-                batch, kl_metrics = batch.with_kl_penalty(ref_N, coef=config.kl_penalty_coef)
-                extra.update(kl_metrics)
-            timers.add("wait", time.perf_counter() - t1)
+        t1 = time.perf_counter()
+        batch, extra = await apply_teachers_and_reference(
+            batch, tags_P, self.teachers, self.reference, config.distill_coef, config.kl_penalty_coef
+        )
+        timers.add("wait", time.perf_counter() - t1)
         batch, is_metrics = await correct_importance(batch, self.loop.client, config.importance)
         t2, extra = time.perf_counter(), extra | is_metrics
         data_D = loss_datums(batch.to_datums(), config.loss_fn)
@@ -358,12 +349,6 @@ class _Run:
         timers.add("train", time.perf_counter() - t2)
         return _Substep(fb, opt, batch, extra)
 
-    @staticmethod
-    def _flat(per_datum: Sequence[npt.NDArray[np.float64]], batch: RaggedBatch) -> Float32Array:
-        flat = np.concatenate(per_datum) if per_datum else np.zeros(0)
-        # Unscored positions (NaN) count as agreeing with the sampler.
-        return np.where(np.isnan(flat), batch.logprobs_N, flat).astype(np.float32)
-
     async def submit(self, step: int) -> PendingStep:
         config = self.config
         timers = Timers()
@@ -376,9 +361,10 @@ class _Run:
             groups = [r.group for r in chunk if r.group is not None]
             if not groups:
                 continue
-            if self.teacher is None:  # with a teacher nothing is dropped (_train_minibatch)
+            if not self.teachers.active:  # with a teacher nothing is dropped (_train_minibatch)
                 n_constant += remove_constant_reward_groups(groups)[1]
-            sub = await self._train_minibatch(groups, step, timers)
+            tags_P = [list(r.tags) for r in chunk if r.group is not None]
+            sub = await self._train_minibatch(groups, tags_P, step, timers)
             if sub is not None:
                 substeps.append(sub)
         raise_if_every_rollout_failed(used, step)
@@ -454,7 +440,9 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> Tr
         result.metrics[-1]["env/reward/mean"]
     """
     group_size: object = getattr(config.dataset, "group_size", None)
-    warn_if_nothing_to_learn(config.max_tokens, group_size, teacher=config.distill_teacher is not None)
+    warn_if_nothing_to_learn(
+        config.max_tokens, group_size, teacher=bool(config.distill_teacher or config.distill_teachers)
+    )
     train_ds, test_ds = await config.dataset()
     total = config.num_steps if config.num_steps is not None else len(train_ds)
     loop = await TrainingLoop.open(
@@ -486,7 +474,7 @@ async def _train(
                 tokenizer=config.model.tokenizer(),
                 baseline=config.baseline,
                 normalize_std=config.normalize_advantages,
-                keep_constant=config.distill_teacher is not None,
+                keep_constant=bool(config.distill_teacher or config.distill_teachers),
             )
             run.trajectory_log.start(loop.start_step)  # the parts of the steps this process runs go
         if config.kl_penalty_coef > 0:
@@ -494,8 +482,11 @@ async def _train(
                 model_path=config.kl_reference,
                 base_model=None if config.kl_reference is not None else config.model.base_model,
             )
-        if config.distill_teacher is not None:
-            run.teacher = await loop.service.create_sampling_client(model_path=config.distill_teacher)
+        paths = {None: config.distill_teacher, **(config.distill_teachers or {})}
+        clients = {
+            tag: await loop.service.create_sampling_client(model_path=p) for tag, p in paths.items() if p
+        }
+        run.teachers = Teachers(clients.pop(None, None), {str(t): c for t, c in clients.items()})
         if config.schedule == "async":
             run.async_groups.start()
         await run_pipelined(loop, run.submit)
