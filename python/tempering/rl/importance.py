@@ -57,6 +57,7 @@ class ImportanceCorrection:
     """
 
     mode: Mode = "off"
+    """``off`` (no extra pass), ``tis`` (truncate the ratio at ``cap``) or ``mis`` (zero it above)."""
     cap: float = 2.0
     """``C``: the ratio above which a token's weight is truncated (``tis``) or zeroed (``mis``)."""
     sequence_mask: float | None = None
