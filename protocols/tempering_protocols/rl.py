@@ -6,12 +6,21 @@ and thrown away. There is no ``reset``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from tempering_protocols.types import Action, Metrics, Observation, StepResult, StopCondition, Trajectory
 
-__all__ = ["MASK_TURN", "PARSE_ERROR_MASKED", "Env", "EnvGroupBuilder", "RLDataset", "RLDatasetBuilder"]
+__all__ = [
+    "MASK_TURN",
+    "PARSE_ERROR_MASKED",
+    "Env",
+    "EnvGroupBuilder",
+    "RLDataset",
+    "RLDatasetBuilder",
+    "TOOL_CALLS",
+    "metrics_mask_turn",
+]
 
 MASK_TURN = "turn/masked"
 """Metrics key: an env that sets ``StepResult.metrics[MASK_TURN] = 1`` has that turn masked
@@ -20,6 +29,25 @@ MASK_TURN = "turn/masked"
 PARSE_ERROR_MASKED = "parse_error_masked"
 """The Tinker Cookbook's metrics key for the same: ``StepResult.metrics[PARSE_ERROR_MASKED] = 1``
 masks the turn exactly as :data:`MASK_TURN` does (envs written for the cookbook keep working)."""
+
+TOOL_CALLS = "turn/tool_calls"
+"""Metrics key: the number of tool calls a turn made (``StepResult.metrics[TOOL_CALLS] = 2``); the
+rollout sums it over the episode for ``RolloutConfig.max_tool_calls``."""
+
+
+def metrics_mask_turn(metrics: Mapping[str, float | int] | None, /) -> bool:
+    """Whether a turn's metrics mask it: :data:`MASK_TURN` or :data:`PARSE_ERROR_MASKED` set
+    (non-zero). The rollout, the data core (``Transition.metrics`` of a transition built by user
+    code or read from a Cookbook log) and the trajectory files all use this rule.
+
+    Example::
+
+        metrics_mask_turn({"parse_error_masked": 1})  # True
+        metrics_mask_turn({"turn/masked": 0})  # False
+    """
+    if not metrics:
+        return False
+    return bool(metrics.get(MASK_TURN, 0) or metrics.get(PARSE_ERROR_MASKED, 0))
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from tempering.tools import tool
 from tempering.tools.calculator import calculator
 from tempering_protocols import StepResult, TokensWithLogprobs, Trajectory, Transition
 from tempering_protocols.rendering import decode_text
+from tempering_protocols.rl import TOOL_CALLS
 from tempering_protocols.testing import check_env_group_builder
 
 
@@ -88,6 +89,8 @@ def test_an_episode_with_every_kind_of_fault_goes_on_to_a_graded_answer(renderer
         assert expected in text
     m = mid.metrics
     assert (m["tools/calls"], m["tools/errors"], m["tools/timeouts"]) == (5, 4, 1)
+    assert m[TOOL_CALLS] == 5  # what RolloutConfig.max_tool_calls sums
+    assert end.metrics[TOOL_CALLS] == 0
     assert (m["tools/calculator/calls"], m["tools/explode/errors"], m["tools/hang/timeouts"]) == (1, 1, 1)
     assert "tools/calculator/errors" not in m
     # a name the env does not declare is counted under one fixed key, not a key of its own

@@ -1,9 +1,10 @@
 """deepseek: DeepSeek V3.1 and V4.1 share one test tokenizer.
 
-As in the published DeepSeek tokenizers, only the sentence markers are special; the role markers,
-``<think>``/``</think>``, the V3 tool markers and the V4 ``｜DSML｜`` marker are added tokens that
-are not special (one id each, matched in text). ``<｜System｜>`` is V4.1's, the tool markers V3.1's;
-each format ignores the other's.
+Special: the sentence markers, and V4's ``｜DSML｜`` marker, which the V4.1 renderer requires as
+one token (held as special, the reference emits it as that token in tool-call blocks and the tool
+declaration, where encoding the text with special tokens as text would give its bytes). Added,
+not special (one id each, matched in text): the role markers, ``<think>``/``</think>`` and the V3
+tool markers. ``<｜System｜>`` is V4.1's, the tool markers V3.1's; each format ignores the other's.
 """
 
 from reference_oracle import TokenizerSpec
@@ -19,7 +20,7 @@ NAMES = (
     "deepseekv4_1_preserve_thinking",
 )
 SPEC = TokenizerSpec(
-    special=("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    special=("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "｜DSML｜"),
     added=(
         "<｜User｜>",
         "<｜Assistant｜>",
@@ -33,7 +34,6 @@ SPEC = TokenizerSpec(
         "<｜tool▁sep｜>",
         "<｜tool▁output▁begin｜>",
         "<｜tool▁output▁end｜>",
-        "｜DSML｜",
     ),
     bos="<｜begin▁of▁sentence｜>",
     eos="<｜end▁of▁sentence｜>",

@@ -1,7 +1,8 @@
 """llama3: Llama 3.x Instruct's special tokens (all special), BOS <|begin_of_text|>, EOS <|eot_id|>.
 
-The format has neither thinking nor tool calls (the reference refuses thinking and ignores tool
-calls, which tempering refuses): the corpus leaves both out.
+The format has no thinking (both refuse it: the corpus leaves it out) and no tool-call syntax:
+an assistant message's tool calls are not written, in the reference as here, and tool results
+are ``tool`` turns; the corpus has both.
 """
 
 from reference_oracle import CorpusOptions, TokenizerSpec
@@ -21,4 +22,4 @@ SPEC = TokenizerSpec(
     bos="<|begin_of_text|>",
     eos="<|eot_id|>",
 )
-OPTIONS = CorpusOptions(thinking=False, tools=False)
+OPTIONS = CorpusOptions(thinking=False)

@@ -244,3 +244,29 @@ def test_v41_tool_declaration_must_come_first(tokenizer: Any) -> None:
     )
     assert "Be terse.\n\n## Tools" in text
     assert '"name": "add"' in text
+
+
+def test_v41_dsml_markers_are_one_token_and_argument_text_stays_text(tokenizer: Any) -> None:
+    """The test tokenizer holds ``｜DSML｜`` as a special token: every marker the renderer writes
+    (calls block, tool declaration) is that id, as the reference's ``encode`` gives it, while one
+    spelled inside an argument value is the user's text."""
+    renderer = _renderer("deepseekv4_1", tokenizer)
+    dsml = _id(tokenizer, "｜DSML｜")
+    call = ToolCall(id="c", name="echo", arguments=json.dumps({"text": "a ｜DSML｜ b"}))
+    prefix = renderer.create_conversation_prefix_with_tools(
+        [{"name": "echo", "description": "Echo.", "parameters": {"type": "object"}}]
+    )
+    convo = [
+        *prefix,
+        Message(role="user", content="say it"),
+        Message(role="assistant", content="", tool_calls=[call]),
+    ]
+    tokens = renderer.build_supervised_example(convo).model_input.to_ints()
+    text = renderer.decode(tokens)
+    assert text.count("｜DSML｜") == tokens.count(dsml) + 1  # the argument's one is not the id
+    # calls open/close, invoke open/close, parameter open/close: six markers in the block.
+    declaration = renderer.decode(renderer.build_generation_prompt([*prefix]).to_ints())
+    assert tokens.count(dsml) == declaration.count("｜DSML｜") + 6
+    message, termination = renderer.parse(_completion(renderer, convo))
+    assert termination == ParseTermination.STOP_SEQUENCE
+    assert [c["arguments"] for c in message.get("tool_calls", [])] == [json.dumps({"text": "a ｜DSML｜ b"})]

@@ -279,9 +279,7 @@ def test_special_token_strings_in_content_are_text(
 
 
 @pytest.mark.parametrize("name", ["llama3", "role_colon"])
-def test_thinking_and_tool_calls_are_refused_by_plain_formats(
-    pairs: dict[str, tuple[BaseRenderer, Any]], name: str
-) -> None:
+def test_thinking_is_refused_by_plain_formats(pairs: dict[str, tuple[BaseRenderer, Any]], name: str) -> None:
     r = ours(pairs, name)
     with pytest.raises(ValueError, match=r"message 1 \(assistant\) has thinking"):
         r.build_generation_prompt(
@@ -292,11 +290,24 @@ def test_thinking_and_tool_calls_are_refused_by_plain_formats(
     ]
     with pytest.raises(ValueError, match=r"message 0 \(user\) has content parts \[thinking, text\]"):
         r.build_generation_prompt(parts)
+
+
+@pytest.mark.parametrize("name", ["llama3", "role_colon"])
+def test_plain_formats_render_the_text_of_a_tool_calling_message(
+    pairs: dict[str, tuple[BaseRenderer, Any]], name: str
+) -> None:
+    """The formats have no tool-call syntax: the message's text is rendered and its calls are not,
+    as in the Cookbook (which renders such a conversation where tempering used to refuse it)."""
+    r = ours(pairs, name)
     call = {"name": "f", "arguments": "{}"}
-    with pytest.raises(ValueError, match=r"message 1 \(assistant\) has tool_calls"):
-        r.build_generation_prompt(
-            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]}]  # pyright: ignore[reportArgumentType]
-        )
+    with_calls: list[Message] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "let me look", "tool_calls": [call]},  # pyright: ignore[reportAssignmentType]
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]
+    without: list[Message] = [with_calls[0], {"role": "assistant", "content": "let me look"}, with_calls[2]]
+    assert r.build_generation_prompt(with_calls).to_ints() == r.build_generation_prompt(without).to_ints()
+    assert "let me look" in r.decode(r.build_generation_prompt(with_calls).to_ints())
 
 
 def test_qwen3_errors_name_the_message(pairs: dict[str, tuple[BaseRenderer, Any]]) -> None:

@@ -227,12 +227,13 @@ def test_tool_calls_and_results(renderers: dict[str, BaseRenderer]) -> None:
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>" in qwen
     chatml = tok.decode(renderers["chatml"].build_generation_prompt(convo).to_ints())
     assert "<|im_start|>tool\nsunny<|im_end|>" in chatml
-    for name in ("llama3", "role_colon"):  # neither format has tool calls
-        with pytest.raises(ValueError, match=r"message 1 \(assistant\) has tool_calls"):
-            renderers[name].build_generation_prompt(convo)
-    del convo[1]["tool_calls"]
+    # Neither format has tool-call syntax: the text is written, the calls are not (as the Cookbook).
     llama = tok.decode(renderers["llama3"].build_generation_prompt(convo).to_ints())
+    assert "assistant<|end_header_id|>\n\nChecking.<|eot_id|>" in llama
     assert "<|start_header_id|>tool<|end_header_id|>\n\nsunny<|eot_id|>" in llama  # the role as given
+    assert "Assistant: Checking.\n\nTool: sunny" in tok.decode(
+        renderers["role_colon"].build_generation_prompt(convo).to_ints()
+    )
     convo[1]["tool_calls"] = [{"name": "weather", "arguments": "not json"}]
     with pytest.raises(ValueError, match="not a JSON object"):
         renderers["chatml"].build_generation_prompt(convo)

@@ -1,5 +1,7 @@
 """An env written for the Tinker Cookbook masks a turn with ``metrics["parse_error_masked"] = 1``;
-the rollout marks that turn exactly as ``MASK_TURN`` does, so it trains on nothing."""
+the rollout marks that turn exactly as ``MASK_TURN`` does, so it trains on nothing. A
+``Transition`` built by user code (or read from a Cookbook log) that carries either key but not
+``masked=True`` is masked by the data core too."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from tempering_protocols import (
     StepResult,
     StopCondition,
     TokensWithLogprobs,
+    Trajectory,
     TrajectoryGroup,
+    Transition,
 )
 
 STOP = 0
@@ -105,3 +109,30 @@ def test_parse_error_masked_zero_trains_the_turn() -> None:
     for trajectory in group.trajectories_G:
         assert not any(t.masked for t in trajectory.transitions)
     assert [float(d["mask"].sum()) for d in _inputs(group)] == [2.0] * 6
+
+
+def _built_by_hand(metrics: dict[str, float | int]) -> TrajectoryGroup:
+    """Two single-turn trajectories written without the rollout: the second's turn has ``metrics``
+    and ``masked`` left at its default (False)."""
+
+    def one(m: dict[str, float | int]) -> Trajectory:
+        ac = TokensWithLogprobs(tokens=[7, STOP], maybe_logprobs=[-0.25, -0.5])
+        tr = Transition(
+            ob=tinker.ModelInput.from_ints([1, 2]), ac=ac, reward=1.0, episode_done=True, metrics=m
+        )
+        return Trajectory(transitions=[tr], final_ob=tinker.ModelInput.empty())
+
+    return TrajectoryGroup(
+        trajectories_G=[one({}), one(metrics)], final_rewards_G=[0.0, 0.0], metrics_G=[{}, {}]
+    )
+
+
+@pytest.mark.parametrize("key", [PARSE_ERROR_MASKED, MASK_TURN])
+def test_the_data_core_masks_a_hand_built_transition_by_its_metrics(key: str) -> None:
+    group = _built_by_hand({key: 1, "format": 0.0})
+    assert not group.trajectories_G[1].transitions[0].masked  # the field says nothing
+    inputs = _inputs(group)
+    assert [float(d["mask"].sum()) for d in inputs] == [2.0, 0.0]
+    assert [np.count_nonzero(d["advantages"]) for d in inputs] == [2, 0]
+    # A key set to 0 (or absent) trains the turn.
+    assert [float(d["mask"].sum()) for d in _inputs(_built_by_hand({key: 0}))] == [2.0, 2.0]

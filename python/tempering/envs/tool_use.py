@@ -50,6 +50,7 @@ from tempering_protocols import (
     StepResult,
     Trajectory,
 )
+from tempering_protocols.rl import TOOL_CALLS
 
 __all__ = [
     "BudgetStop",
@@ -181,7 +182,7 @@ class ToolEnv:
         unparsed = cast(
             "list[dict[str, Any]]", cast("dict[str, object]", message).get("unparsed_tool_calls") or []
         )
-        metrics: Metrics = {"tools/unparsed": len(unparsed)}
+        metrics: Metrics = {"tools/unparsed": len(unparsed), TOOL_CALLS: len(calls)}
         if not calls and not unparsed:
             correct = float(self.grader(message["content"], self.answer))
             return self._end(correct, metrics, answered=True, correct=correct)

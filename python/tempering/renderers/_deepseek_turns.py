@@ -44,6 +44,9 @@ class Turn:
     parts: tuple[tuple[str, str], ...] | None
     calls: tuple[ToolCall, ...]
     call_id: str | None
+    declared: str = ""
+    """Markup the format writes after the text (V4.1's tools section in the system turn): its
+    ``｜DSML｜`` markers are the format's tokens, where the text's are the user's characters."""
 
     @property
     def where(self) -> str:

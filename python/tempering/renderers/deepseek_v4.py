@@ -97,16 +97,15 @@ def _argument_dict(arguments: str) -> dict[str, object]:
     return cast("dict[str, object]", value) if isinstance(value, dict) else {"arguments": arguments}
 
 
-def _dsml_calls(calls: Sequence[ToolCall]) -> str:
-    invokes: list[str] = []
-    for call in calls:
-        params = [
-            f'<{DSML} parameter name="{key}" string="{"true" if isinstance(value, str) else "false"}">'
-            f"{value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}</{DSML} parameter>"
-            for key, value in _argument_dict(call["arguments"]).items()
-        ]
-        invokes.append(f'<{DSML} invoke name="{call["name"]}">\n' + "\n".join(params) + f"\n</{DSML} invoke>")
-    return f"\n\n{_DSML_CALLS_OPEN}\n" + "\n".join(invokes) + f"\n{_DSML_CALLS_CLOSE}"
+def _dsml_run(run: PieceRun, markup: str, dsml: int) -> PieceRun:
+    """``markup`` (text the format writes) with each ``｜DSML｜`` marker given as its id, as the
+    reference's ``encode`` of the same string gives it when the tokenizer holds the marker as a
+    special token (and as matching the added token gives it otherwise)."""
+    for k, chunk in enumerate(markup.split(DSML)):
+        if k:
+            run.token(dsml)
+        run.text(chunk)
+    return run
 
 
 def _declared_tools_text(turn: Turn) -> str:
@@ -139,9 +138,9 @@ def _v41_turns(turns: Sequence[Turn]) -> list[Turn]:
             continue
         tools = _declared_tools_text(turn)
         if k == 0:
-            out[0] = attrs.evolve(turn, role="system", text="\n\n" + tools, parts=None)
+            out[0] = attrs.evolve(turn, role="system", text="", parts=None, declared="\n\n" + tools)
         elif k == 1 and out[0].role == "system":
-            out[0] = attrs.evolve(out[0], text=f"{out[0].plain()}\n\n{tools}", parts=None)
+            out[0] = attrs.evolve(out[0], text=out[0].plain(), parts=None, declared="\n\n" + tools)
             out[1] = attrs.evolve(turn, text="", parts=None)
         else:
             raise ValueError(
@@ -204,7 +203,7 @@ class DeepSeekV41Renderer(BaseRenderer):
         self._bos, self._eos = tok(BOS), tok(EOS)
         self._system, self._user, self._assistant = tok(SYSTEM), tok(USER), tok(ASSISTANT)
         self._think, self._think_close = tok(THINK_OPEN), tok(THINK_CLOSE)
-        tok(DSML)
+        self._dsml = tok(DSML)
         self.strip_thinking_from_history = strip_thinking_from_history
 
     @property
@@ -240,18 +239,19 @@ class DeepSeekV41Renderer(BaseRenderer):
         return run.token(self._system) if role == "system" else run
 
     def _system_parts(self, turn: Turn, k: int) -> MessageParts:
-        text = turn.plain()
+        body = _dsml_run(PieceRun().text(turn.plain()), turn.declared, self._dsml).pieces()
         if k > 0 or self.reasoning_effort is None:
-            return MessageParts(((self._system,),), (text,))
+            return MessageParts(((self._system,),), body)
         # The effort line and the system text are one string to the reference's tokenizer (BPE merges
         # across "\n\n"); a token that straddles them belongs to the header.
         effort = _EFFORT_LINE.format(budget=self.reasoning_effort)
-        tokens = [self._system, *self.encode_texts([effort + text])[0]]
+        first, rest = (body[0], body[1:]) if body and isinstance(body[0], str) else ("", body)
+        tokens = [self._system, *self.encode_texts([effort + first])[0]]
         prefix_len = len(SYSTEM) + len(effort)
         split = 0
         while split < len(tokens) and len(self.decode(tokens[:split])) < prefix_len:
             split += 1
-        completion: tuple[Piece, ...] = (tuple(tokens[split:]),) if split < len(tokens) else ()
+        completion: tuple[Piece, ...] = ((tuple(tokens[split:]),) if split < len(tokens) else ()) + rest
         return MessageParts((tuple(tokens[:split]),), completion)
 
     def _assistant_header(self, turns: Sequence[Turn], k: int, drop_through: int) -> tuple[Piece, ...]:
@@ -281,10 +281,26 @@ class DeepSeekV41Renderer(BaseRenderer):
                 f"{turn.where}: DeepSeek V4.1 renders system, user, assistant, tool and tool_declare messages"
             )
         keeps = self._thinking and k > drop_through
-        body = (turn.reasoning + THINK_CLOSE if keeps else "") + turn.answer
+        body = PieceRun().text((turn.reasoning + THINK_CLOSE if keeps else "") + turn.answer)
         if turn.calls:
-            body += _dsml_calls(turn.calls)
-        return MessageParts(self._assistant_header(turns, k, drop_through), (body, (self._eos,)))
+            self._calls_block(body, turn.calls)
+        completion = body.token(self._eos).pieces()
+        return MessageParts(self._assistant_header(turns, k, drop_through), completion)
+
+    def _calls_block(self, run: PieceRun, calls: Sequence[ToolCall]) -> None:
+        """``\\n\\n<｜DSML｜ calls>…</｜DSML｜ calls>`` onto ``run``: the markers are the format's, one
+        id each; argument values stay text, as every user-written string does."""
+        for n, call in enumerate(calls):
+            _dsml_run(run, f"\n\n{_DSML_CALLS_OPEN}\n" if n == 0 else "\n", self._dsml)
+            _dsml_run(run, f'<{DSML} invoke name="{call["name"]}">\n', self._dsml)
+            for m, (key, value) in enumerate(_argument_dict(call["arguments"]).items()):
+                kind = "true" if isinstance(value, str) else "false"
+                opening = f'<{DSML} parameter name="{key}" string="{kind}">'
+                _dsml_run(run, ("\n" if m else "") + opening, self._dsml)
+                run.text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+                _dsml_run(run, f"</{DSML} parameter>", self._dsml)
+            _dsml_run(run, f"\n</{DSML} invoke>", self._dsml)
+        _dsml_run(run, f"\n{_DSML_CALLS_CLOSE}", self._dsml)
 
     def render(self, messages: Sequence[Message], *, generation: bool) -> Rendering:
         raw = read_turns(messages)

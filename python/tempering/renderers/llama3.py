@@ -44,9 +44,10 @@ class Llama3Renderer(BaseRenderer):
 
     Like the Tinker Cookbook (and unlike the Hugging Face template) it adds no "Cutting Knowledge
     Date" system preamble, does not trim content, and writes each role as given (a ``tool`` result
-    gets a ``tool`` header, not ``ipython``). The format carries neither thinking nor tool calls
-    (Llama 3's bare-JSON tool calls cannot be told apart from JSON content): a message with
-    either is an error, and a parsed response is its text.
+    gets a ``tool`` header, not ``ipython``). The format carries no thinking (a message with
+    thinking is an error) and no tool calls (Llama 3's bare-JSON calls cannot be told apart from
+    JSON content): an assistant message's ``tool_calls`` are not written, its text is, as in the
+    Cookbook; a parsed response is its text.
 
     Example::
 
@@ -75,17 +76,9 @@ class Llama3Renderer(BaseRenderer):
     def _header(self, role: str) -> tuple[Piece, ...]:
         return (self._start_header, self.constant(role), self._end_header, self.constant("\n\n"))
 
-    def _body(self, message: Message, index: int) -> str:
-        if message.get("tool_calls"):
-            raise ValueError(
-                f"message {index} ({message['role']}) has tool_calls, which the llama3 format cannot "
-                "render (its bare-JSON calls are indistinguishable from JSON content)"
-            )
-        return plain_text_content(message, index, self.name)
-
     def render(self, messages: Sequence[Message], *, generation: bool) -> Rendering:
         parts = tuple(
-            MessageParts(self._header(m["role"]), (self._body(m, i), (self._eot_id,)))
+            MessageParts(self._header(m["role"]), (plain_text_content(m, i, self.name), (self._eot_id,)))
             for i, m in enumerate(messages)
         )
         gen = self._header("assistant") if generation else ()

@@ -49,7 +49,9 @@ class RoleColonRenderer(BaseRenderer):
     content and ``"\\n\\n"``, tokenized together. The tokenizer's BOS token (if it has one) starts
     the conversation. Sampling stops at the string ``"\\n\\nUser:"``; in a supervised example the
     ``"User:"`` part of it ends the last assistant message, so the model learns to write it.
-    No thinking or tool calls: a message with either is an error.
+    No thinking: a message with thinking is an error. The format has no tool-call syntax: an
+    assistant message's ``tool_calls`` are not written (its text is), and a ``tool`` result is a
+    ``Tool:`` block, as in the Tinker Cookbook; declaring tools is refused.
 
     Example::
 
@@ -79,10 +81,6 @@ class RoleColonRenderer(BaseRenderer):
     def render(self, messages: Sequence[Message], *, generation: bool) -> Rendering:
         parts: list[MessageParts] = []
         for i, m in enumerate(messages):
-            if m.get("tool_calls"):
-                raise ValueError(
-                    f"message {i} ({m['role']}) has tool_calls, which the role_colon format cannot render"
-                )
             text = plain_text_content(m, i, self.name)
             completion: tuple[Piece, ...] = (_CONTENT_PREFIX + text + _CONTENT_SUFFIX,)
             if not generation and i == len(messages) - 1:

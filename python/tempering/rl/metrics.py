@@ -37,7 +37,7 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     grade with ``MathGrader``), ``{prefix}/<ns>/<name>`` for every other step metric whose key has
     a ``/`` (``tools/calls``, ``judge/timeout``, ``twenty_q/won``: summed over an episode's turns,
     then the mean over the episodes, an episode that does not report it counting 0),
-    ``{prefix}/turns``, ``{prefix}/end/<reason>``,
+    ``{prefix}/turns``, ``{prefix}/end/<reason>`` (fractions), ``{prefix}/limit_hits/<reason>`` (counts),
     ``{prefix}/stop/length`` (fraction of turns that hit ``max_tokens``),
     ``{prefix}/frac_groups_failed``, ``rollout/failed/<Type>`` and ``tokens/sampled``.
     """
@@ -89,6 +89,8 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     n_ends = sum(ends.values())
     for reason, count in ends.items():
         out[f"{prefix}/end/{reason}"] = count / n_ends
+        if reason != "done":  # a limit (RolloutConfig): how many episodes it stopped
+            out[f"{prefix}/limit_hits/{reason}"] = float(count)
     for key, count in failures.items():
         out[key if prefix == "env" else f"{prefix}/{key}"] = float(count)
     out |= {f"{prefix}/{key}": total for key, total in graded.items()}

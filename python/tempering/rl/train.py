@@ -47,16 +47,17 @@ from tinker import types as ttypes
 
 from tempering.backend import ModelConfig, ServiceClient
 from tempering.evals.suite import EvalSuite
+from tempering.rl.batch_policy import BatchPolicy, BatchShaper, refill_rollouts
 from tempering.rl.data import (
     Baseline,
     RaggedBatch,
     compute_advantages,
-    reference_logprobs,
     remove_constant_reward_groups,
     trajectories_to_batch,
 )
 from tempering.rl.executor_factory import executor_metrics, make_executor
 from tempering.rl.executors import RolloutExecutor
+from tempering.rl.importance import ImportanceCorrection, correct_importance
 from tempering.rl.loss_inputs import loss_datums
 from tempering.rl.metrics import Timers, mismatch_metrics, rollout_metrics
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
@@ -65,11 +66,12 @@ from tempering.rl.rollouts import (
     RolloutConfig,
     RolloutLimits,
     raise_if_every_rollout_failed,
-    rollout_batch,
     rollout_group,
     warn_if_nothing_to_learn,
 )
 from tempering.rl.schedules import AsyncGroups, as_completed, in_order
+from tempering.rl.teachers import Teachers, apply_teachers_and_reference
+from tempering.rl.test_set import evaluate_test_set
 from tempering.rl.trajectories import StepLog, TrajectoryLog
 from tempering.training.loop import PendingStep, RunConfig, TrainingLoop, TrainResult, run_pipelined
 from tempering.training.schedule import AdamConfig
@@ -136,12 +138,18 @@ class RLConfig:
     stale_policy: StalePolicy = "drop"
     """With ``schedule=async``: drop a group older than that, or sample it again."""
     rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
+    batch: BatchPolicy = attrs.field(factory=BatchPolicy)
+    """Dynamic sampling and overlong filtering/shaping (rl/batch_policy.py)."""
+    importance: ImportanceCorrection = attrs.field(factory=ImportanceCorrection)
+    """Truncated/masked importance-sampling correction (rl/importance.py); ``off`` by default."""
     kl_penalty_coef: float = 0.0
     """Weight of the per-token KL penalty against ``kl_reference`` (0: off)."""
     kl_reference: str | None = None
     """Sampler weights path of the KL reference; ``None``: the base model."""
     distill_teacher: str | None = None
     """Sampler weights path of a teacher for on-policy distillation (``None``: off)."""
+    distill_teachers: Mapping[str, str] | None = None
+    """Logging tag (an interleaved dataset's source name) → teacher path: one teacher per dataset."""
     distill_coef: float = 1.0
     """Weight of the teacher's per-token reverse KL in the advantage."""
     env_workers: int = 0
@@ -170,6 +178,7 @@ class RLConfig:
             raise ValueError(f"num_substeps must be >= 1, got {self.num_substeps}")
         if self.max_steps_off_policy < 0:
             raise ValueError(f"max_steps_off_policy must be >= 0, got {self.max_steps_off_policy}")
+        self.batch.check_schedule(self.schedule)
         for key, value in (self.loss_fn_config or {}).items():
             if not math.isfinite(value):
                 raise ValueError(f"loss_fn_config[{key!r}] must be a finite number, got {value}")
@@ -209,7 +218,7 @@ class _Run:
         self.limits = RolloutLimits.from_config(config.rollout)
         self.policy = self._policy(sampler, loop.start_step)
         self.reference: SamplingClient | None = None
-        self.teacher: SamplingClient | None = None
+        self.teachers = Teachers()
         self.async_groups = AsyncGroups(
             self._prepare_rollout,
             self.batch,
@@ -222,6 +231,7 @@ class _Run:
         """The trajectory log's writer (``RLConfig.log_trajectories``)."""
         self.evaluators = config.evals.build(config.model)
         """``RLConfig.evals``' evaluators, run with the test set."""
+        self.shaper = BatchShaper(config.batch, config.max_tokens)
 
     def _policy(self, client: SamplingClient, version: int) -> TinkerTokenCompleter:
         return TinkerTokenCompleter(client, self.config.max_tokens, self.config.temperature, version)
@@ -261,7 +271,11 @@ class _Run:
                 for p, b in enumerate(builders)
             ]
             source = in_order(tasks) if config.schedule == "sync" else as_completed(tasks)
-        size = math.ceil(n_groups / config.num_substeps)
+            if config.batch.dynamic_sampling:  # the step's groups, then refills of zero-variance ones
+                refill = refill_rollouts(self.batch, step, n_groups, policy, config.rollout,
+                    limits=self.limits, executor=self.executor, seed=config.seed)  # fmt: skip
+                source, n_groups = self.shaper.source(tasks, refill), -n_groups
+        size = math.ceil(abs(n_groups) / config.num_substeps)  # n_groups < 0: until the source ends
         chunk: list[GroupRollout] = []
         collected = 0
         async for rollout in source:
@@ -301,12 +315,13 @@ class _Run:
     # -------------------------------------------------------------- one step
 
     async def _train_minibatch(
-        self, groups: list[TrajectoryGroup], step: int, timers: Timers
+        self, groups: list[TrajectoryGroup], tags_P: list[list[str]], step: int, timers: Timers
     ) -> _Substep | None:
         config = self.config
         t0 = time.perf_counter()
         # With a teacher, a group of equal rewards still carries the distillation signal: keep it.
-        kept = list(groups) if self.teacher is not None else remove_constant_reward_groups(groups)[0]
+        groups = self.shaper.shape(groups)
+        kept = list(groups) if self.teachers.active else remove_constant_reward_groups(groups)[0]
         if not kept:
             timers.add("data", time.perf_counter() - t0)
             return None
@@ -314,24 +329,14 @@ class _Run:
             kept, normalize_std=config.normalize_advantages, baseline=config.baseline
         )
         batch = trajectories_to_batch(kept, advantages_P)
-        extra: dict[str, float] = {}
         timers.add("data", time.perf_counter() - t0)
-        if self.reference is not None or self.teacher is not None:
-            t1 = time.perf_counter()
-            data_D = batch.to_datums()
-            if self.teacher is not None:
-                teacher_N = self._flat(await reference_logprobs(data_D, self.teacher), batch)
-                reverse_kl_N = (batch.logprobs_N - teacher_N) * batch.mask_N
-                adv = (batch.advantages_N - config.distill_coef * reverse_kl_N).astype(np.float32)
-                batch = batch.with_advantages(adv)
-                n = float(batch.mask_N.sum())
-                extra["distill/reverse_kl"] = float(reverse_kl_N.sum() / n) if n else 0.0
-            if self.reference is not None:
-                ref_N = self._flat(await reference_logprobs(data_D, self.reference), batch)
-                batch, kl_metrics = batch.with_kl_penalty(ref_N, coef=config.kl_penalty_coef)
-                extra.update(kl_metrics)
-            timers.add("wait", time.perf_counter() - t1)
-        t2 = time.perf_counter()
+        t1 = time.perf_counter()
+        batch, extra = await apply_teachers_and_reference(
+            batch, tags_P, self.teachers, self.reference, config.distill_coef, config.kl_penalty_coef
+        )
+        timers.add("wait", time.perf_counter() - t1)
+        batch, is_metrics = await correct_importance(batch, self.loop.client, config.importance)
+        t2, extra = time.perf_counter(), extra | is_metrics
         data_D = loss_datums(batch.to_datums(), config.loss_fn)
         if not data_D:  # gspo: no trained token in the minibatch
             timers.add("train", time.perf_counter() - t2)
@@ -343,12 +348,6 @@ class _Run:
         extra["optim/lr"] = params.learning_rate
         timers.add("train", time.perf_counter() - t2)
         return _Substep(fb, opt, batch, extra)
-
-    @staticmethod
-    def _flat(per_datum: Sequence[npt.NDArray[np.float64]], batch: RaggedBatch) -> Float32Array:
-        flat = np.concatenate(per_datum) if per_datum else np.zeros(0)
-        # Unscored positions (NaN) count as agreeing with the sampler.
-        return np.where(np.isnan(flat), batch.logprobs_N, flat).astype(np.float32)
 
     async def submit(self, step: int) -> PendingStep:
         config = self.config
@@ -362,16 +361,17 @@ class _Run:
             groups = [r.group for r in chunk if r.group is not None]
             if not groups:
                 continue
-            if self.teacher is None:  # with a teacher nothing is dropped (_train_minibatch)
+            if not self.teachers.active:  # with a teacher nothing is dropped (_train_minibatch)
                 n_constant += remove_constant_reward_groups(groups)[1]
-            sub = await self._train_minibatch(groups, step, timers)
+            tags_P = [list(r.tags) for r in chunk if r.group is not None]
+            sub = await self._train_minibatch(groups, tags_P, step, timers)
             if sub is not None:
                 substeps.append(sub)
         raise_if_every_rollout_failed(used, step)
         # The weights after this step sample the next one (queued behind its optim_step).
         self.policy = self._policy(await self.loop.sampling_client(), step + 1)
         await self.async_groups.submitted(step + 1)
-        metrics = rollout_metrics(used) | executor_metrics(self.executor)
+        metrics = rollout_metrics(used) | executor_metrics(self.executor) | self.shaper.step_metrics(used)
         n_stale = self.async_groups.stale.n_stale - stale_before
         n_seen = len(used) + n_stale
         n_failed = sum(r.group is None for r in used)
@@ -424,27 +424,9 @@ class _Run:
         return finish
 
     async def evaluate(self, after: int) -> dict[str, float]:
-        """Roll out every batch of the test dataset with the newest weights (those after ``after``
-        steps); ``test/…`` metrics, and those of ``RLConfig.evals``."""
-        t0 = time.perf_counter()
-        rollouts: list[GroupRollout] = []
-        seed = self.config.seed
-        test_ds = self.test_ds
-        for i in range(len(test_ds) if test_ds is not None else 0):
-            assert test_ds is not None
-            rollouts += await rollout_batch(
-                test_ds.get_batch(i),
-                self.policy,
-                self.config.rollout,
-                limits=self.limits,
-                executor=self.executor,
-                seed=None if seed is None else sampling_seed(seed, "test", after, i),
-            )
-        out = rollout_metrics(rollouts, prefix="test") if test_ds is not None else {}
-        for evaluator in self.evaluators:
-            out |= await evaluator(self.policy.sampling_client)
-        out["time/eval"] = time.perf_counter() - t0
-        return out
+        """The test set and ``RLConfig.evals`` with the newest weights (rl/test_set.py)."""
+        return await evaluate_test_set(self.test_ds, self.evaluators, self.policy, self.config.rollout,
+            limits=self.limits, executor=self.executor, seed=self.config.seed, after=after)  # fmt: skip
 
 
 async def train(config: RLConfig, *, service: ServiceClient | None = None) -> TrainResult:
@@ -458,7 +440,9 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> Tr
         result.metrics[-1]["env/reward/mean"]
     """
     group_size: object = getattr(config.dataset, "group_size", None)
-    warn_if_nothing_to_learn(config.max_tokens, group_size, teacher=config.distill_teacher is not None)
+    warn_if_nothing_to_learn(
+        config.max_tokens, group_size, teacher=bool(config.distill_teacher or config.distill_teachers)
+    )
     train_ds, test_ds = await config.dataset()
     total = config.num_steps if config.num_steps is not None else len(train_ds)
     loop = await TrainingLoop.open(
@@ -490,7 +474,7 @@ async def _train(
                 tokenizer=config.model.tokenizer(),
                 baseline=config.baseline,
                 normalize_std=config.normalize_advantages,
-                keep_constant=config.distill_teacher is not None,
+                keep_constant=bool(config.distill_teacher or config.distill_teachers),
             )
             run.trajectory_log.start(loop.start_step)  # the parts of the steps this process runs go
         if config.kl_penalty_coef > 0:
@@ -498,8 +482,11 @@ async def _train(
                 model_path=config.kl_reference,
                 base_model=None if config.kl_reference is not None else config.model.base_model,
             )
-        if config.distill_teacher is not None:
-            run.teacher = await loop.service.create_sampling_client(model_path=config.distill_teacher)
+        paths = {None: config.distill_teacher, **(config.distill_teachers or {})}
+        clients = {
+            tag: await loop.service.create_sampling_client(model_path=p) for tag, p in paths.items() if p
+        }
+        run.teachers = Teachers(clients.pop(None, None), {str(t): c for t, c in clients.items()})
         if config.schedule == "async":
             run.async_groups.start()
         await run_pipelined(loop, run.submit)

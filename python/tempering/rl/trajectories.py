@@ -69,6 +69,7 @@ from tempering.rl.trajectory_files import (
 )
 from tempering_protocols import Tokenizer
 from tempering_protocols.rendering import decode_text
+from tempering_protocols.rl import metrics_mask_turn
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -214,7 +215,7 @@ def rollouts_to_table(
                 stop_reasons.append(str(tr.ac.stop_reason))
                 rewards.append(float(tr.reward))
                 done.append(t == len(traj.transitions) - 1)
-                masked.append(bool(tr.masked))
+                masked.append(bool(tr.masked) or metrics_mask_turn(tr.metrics))
                 metrics.append(json.dumps(dict(tr.metrics), sort_keys=True))
                 totals.append(float(totals_G[g]))
                 finals.append(float(group.final_rewards_G[g]))

@@ -33,7 +33,7 @@ column               type                 meaning
 ``final_reward``     float64              the group reward of this member
 ``advantage``        float64              the episode's group-relative advantage, as trained on
 ``trained``          bool                 the group was trained on (false: constant rewards)
-``end_reason``       string               ``"done"``, ``"max_turns"`` or ``"token_budget"``
+``end_reason``       string               ``"done"``, or the limit that ended it (``rollout_policy``)
 ``episode_metrics``  string               the member's group metrics, JSON
 ``tags``             list<string>         the group's logging tags
 ``seed``             int64                the group's sampling seed (null: unseeded)

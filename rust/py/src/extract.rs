@@ -27,7 +27,7 @@ pub fn located(at: Location, what: impl Into<String>) -> PyErr {
 }
 
 /// Wrap an error raised by Python code while reading a located value.
-fn wrap(at: Location, what: &str, err: PyErr) -> PyErr {
+pub fn wrap(at: Location, what: &str, err: PyErr) -> PyErr {
     let e = located(at, format!("{what}: {err}"));
     Python::attach(|py| e.set_cause(py, Some(err)));
     e

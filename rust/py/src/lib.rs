@@ -269,6 +269,30 @@ struct PackedSupervised {
 
 type OpaqueArrays = (Py<PyArray1<i64>>, Py<PyArray1<i64>>, Py<PyArray1<i64>>, Py<PyList>);
 
+/// The metrics keys that mask a turn (`tempering_protocols.MASK_TURN` and the Tinker Cookbook's
+/// `PARSE_ERROR_MASKED`): a transition built by user code, or read from a Cookbook log, that
+/// carries one of them set is masked as if its `masked` field were true.
+const MASKING_METRICS: [&str; 2] = ["turn/masked", "parse_error_masked"];
+
+/// Whether `tr.metrics` (any mapping with `.get`; absent or `None` is no metrics) sets a masking key.
+fn masked_by_metrics(tr: &Bound<'_, PyAny>, at: Location) -> PyResult<bool> {
+    let py = tr.py();
+    let metrics = match tr.getattr_opt(intern!(py, "metrics")) {
+        Ok(Some(m)) if !m.is_none() => m,
+        Ok(_) => return Ok(false),
+        Err(e) => return Err(extract::wrap(at, ".metrics", e)),
+    };
+    for key in MASKING_METRICS {
+        let value = metrics
+            .call_method1(intern!(py, "get"), (key,))
+            .map_err(|e| extract::wrap(at, &format!(".metrics[{key:?}]"), e))?;
+        if !value.is_none() && value.is_truthy().map_err(|e| extract::wrap(at, &format!(".metrics[{key:?}]"), e))? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn opaque_to_py<'py>(py: Python<'py>, o: OpaqueLayout, objects: &[Bound<'py, PyAny>]) -> PyResult<OpaqueArrays> {
     let chunks = PyList::new(py, o.handle_C.iter().map(|&h| &objects[h as usize]))?;
     Ok((
@@ -357,7 +381,7 @@ fn pack_trajectories<'py>(
                     ob,
                     ac: ac_tokens.len(),
                     logprobs: ac_logprobs.len(),
-                    masked: flag(tr, intern!(py, "masked"), false, at)?,
+                    masked: flag(tr, intern!(py, "masked"), false, at)? || masked_by_metrics(tr, at)?,
                 });
                 ac_tokens.push(toks);
                 ac_sources.push(ac_source);
