@@ -43,6 +43,7 @@ __all__ = [
     "naming",
     "os_error_of",
     "path_kind",
+    "require_directory",
 ]
 
 _log = logging.getLogger(__name__)
@@ -84,6 +85,18 @@ def path_kind(path: str | os.PathLike[str]) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "not a regular file"
+
+
+def require_directory(path: str | os.PathLike[str], what: str, flag: str) -> None:
+    """Refuse ``path`` if it exists as something other than a directory (``NotADirectoryError``
+    naming what it is, ``what`` it was meant to be, and ``flag`` to choose another)."""
+    kind = path_kind(path)
+    if kind not in ("a directory", "missing"):
+        raise NotADirectoryError(
+            errno.ENOTDIR,
+            f"the {what} {os.fspath(path)} is {kind}, not a directory; choose another {flag}",
+            os.fspath(path),
+        )
 
 
 def blocking_file(path: str | os.PathLike[str]) -> Path | None:

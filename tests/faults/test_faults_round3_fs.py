@@ -32,11 +32,32 @@ class _Config:
     x: int = 1
 
 
-_SFT = [sys.executable, "-m", "tempering.cli", "sft", "--run.no-progress"]
+_SFT = ["sft", "--run.no-progress"]
 
 
 def _env(home: Path) -> dict[str, str]:
     return {**os.environ, "TEMPERING_HOME": str(home), "OMP_NUM_THREADS": "1", "TEMPERING_DEBUG": ""}
+
+
+def _tempering(
+    args: list[str], home: Path, *, env: dict[str, str] | None = None, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    """``tempering ARGS`` in a subprocess with ``$TEMPERING_HOME`` = ``home``."""
+    return subprocess.run(  # pyright: ignore[reportCallIssue, reportUnknownVariableType]
+        [sys.executable, "-m", "tempering.cli", *args],
+        env=env if env is not None else _env(home),
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+        **kwargs,  # pyright: ignore[reportArgumentType]
+    )
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def _no_traceback(stderr: str) -> None:
@@ -81,7 +102,15 @@ def test_two_trainers_on_one_run_dir_the_second_is_refused(tmp_path: Path, tempe
     0; metrics.jsonl had 48 lines for 30 steps and the index two run ids. Now the one that opens
     the directory second is refused, naming the first; the first's files are its own."""
     log_dir = tmp_path / "run"
-    cmd = [*_SFT, f"--run.log-dir={log_dir}", "--max-steps=25", "--run.save-every=10"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tempering.cli",
+        *_SFT,
+        f"--run.log-dir={log_dir}",
+        "--max-steps=25",
+        "--run.save-every=10",
+    ]
     procs: list[subprocess.Popen[str]] = []
     for _ in range(2):
         procs.append(
@@ -135,9 +164,7 @@ def test_the_lock_is_released_when_the_run_ends(tmp_path: Path) -> None:
     run, _ = RunDir.open(tmp_path / "run", _Config())
     run.close()
     code = f"from tempering.fs import DirLock; DirLock.acquire({str(tmp_path / 'run')!r}); print('ok')"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    out = _python(code)
     assert out.stdout.strip() == "ok", out.stderr
 
 
@@ -148,14 +175,7 @@ def test_a_recipe_output_in_use_is_refused_before_anything_is_removed(
     """Before: a second recipe on the same --out removed the first one's files (shutil.rmtree)."""
     directory, proc = holder
     (directory / "keep.txt").write_text("written by the first run")
-    out = subprocess.run(
-        [sys.executable, "-m", "tempering.cli", "recipe", "chat-sft", f"--out={directory}", "--no-progress"],
-        env=_env(tempering_home),
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
+    out = _tempering(["recipe", "chat-sft", f"--out={directory}", "--no-progress"], tempering_home)
     assert out.returncode == 2, out.stderr[-3000:]
     _no_traceback(out.stderr)
     assert f"in use by pid {proc.pid}" in out.stderr
@@ -169,14 +189,7 @@ def test_checkpoints_prune_is_refused_while_a_trainer_holds_the_run(
     directory, proc = holder
     (directory / "checkpoints.jsonl").write_text("")
     (directory / "config.json").write_text("{}")
-    out = subprocess.run(
-        [sys.executable, "-m", "tempering.cli", "checkpoints", "prune", str(directory), "--keep-last", "1"],
-        env=_env(tempering_home),
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
+    out = _tempering(["checkpoints", "prune", str(directory), "--keep-last", "1"], tempering_home)
     assert out.returncode == 2, out.stderr[-3000:]
     _no_traceback(out.stderr)
     assert f"in use by pid {proc.pid}" in out.stderr
@@ -187,15 +200,11 @@ def test_dir_lock_is_per_process_and_released_by_the_last_handle(tmp_path: Path)
     second = DirLock.acquire(tmp_path / "d")  # the same process may open its own directory again
     first.release()
     code = f"from tempering.fs import DirLock; DirLock.acquire({str(tmp_path / 'd')!r})"
-    held = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    held = _python(code)
     assert held.returncode != 0
     assert "DirLockedError" in held.stderr
     second.release()
-    free = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    free = _python(code)
     assert free.returncode == 0, free.stderr
     proc = _hold_lock(tmp_path / "e")  # a lock another process holds: DirLockedError, naming it
     try:
@@ -234,14 +243,7 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.timeout(120)
 def test_a_read_only_run_dir_names_the_path_and_the_remedy(read_only_dir: Path, tempering_home: Path) -> None:
     """Before: a raw PermissionError traceback."""
-    out = subprocess.run(
-        [*_SFT, f"--run.log-dir={read_only_dir / 'run'}", "--max-steps=1"],
-        env=_env(tempering_home),
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
+    out = _tempering([*_SFT, f"--run.log-dir={read_only_dir / 'run'}", "--max-steps=1"], tempering_home)
     assert out.returncode == 2, out.stderr[-3000:]
     _no_traceback(out.stderr)
     assert f"creating the run directory {read_only_dir / 'run'} failed: permission denied" in out.stderr
@@ -259,13 +261,9 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_metrics(tmp_path: Path, 
     real EFBIG from the kernel). Before: ``SafetensorError: Error while serializing: I/O error``
     with no path, as a traceback."""
     log_dir = tmp_path / "run"
-    out = subprocess.run(
+    out = _tempering(
         [*_SFT, f"--run.log-dir={log_dir}", "--max-steps=4", "--run.save-every=2"],
-        env=_env(tempering_home),
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
+        tempering_home,
         preexec_fn=lambda: _limit_file_size(30_000),
     )
     assert out.returncode == 2, out.stderr[-3000:]
@@ -282,13 +280,10 @@ def test_a_file_where_a_directory_is_expected_is_named(tmp_path: Path, tempering
     """$TEMPERING_HOME (the checkpoint store) given as a file. Before: ``FileExistsError`` traceback."""
     blocker = tmp_path / "home-file"
     blocker.write_text("not a directory")
-    out = subprocess.run(
+    out = _tempering(
         [*_SFT, f"--run.log-dir={tmp_path / 'run'}", "--max-steps=1"],
+        tempering_home,
         env={**_env(tempering_home), "TEMPERING_HOME": str(blocker)},
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
     )
     assert out.returncode == 2, out.stderr[-3000:]
     _no_traceback(out.stderr)

@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import errno
 import inspect
 import json
 import math
@@ -38,7 +37,7 @@ from tempering.backend import (
     service_client,
     uses_hosted_service,
 )
-from tempering.fs import LOCK_NAME, DirLock, path_kind
+from tempering.fs import LOCK_NAME, DirLock, require_directory
 from tempering.model_info import UnknownModelError, get_lr
 
 if TYPE_CHECKING:
@@ -252,13 +251,7 @@ def prepare_run_dir(name: str, out: str | None) -> tuple[Path, DirLock]:
     (:class:`tempering.fs.DirLock`: a recipe running there in another process is refused with
     ``DirLockedError`` before anything is removed). Returns the path and the held lock."""
     path = Path(out) if out is not None else Path("runs") / f"{name}-{datetime.now():%Y%m%d-%H%M%S}"
-    kind = path_kind(path)
-    if kind not in ("a directory", "missing"):
-        raise NotADirectoryError(
-            errno.ENOTDIR,
-            f"the recipe's output {path} is {kind}, not a directory; choose another --out",
-            str(path),
-        )
+    require_directory(path, "recipe's output", "--out")
     lock = DirLock.acquire(path, what="recipe output directory")
     try:
         for entry in path.iterdir():

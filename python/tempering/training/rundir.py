@@ -17,7 +17,6 @@ can be cut back to exactly those lines and every later line is computed once mor
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -31,7 +30,7 @@ from typing import Any, Literal, TypeAlias, cast
 
 import attrs
 
-from tempering.fs import DirLock, DirLockedError, naming, path_kind
+from tempering.fs import DirLock, DirLockedError, naming, require_directory
 
 __all__ = [
     "CheckpointRecord",
@@ -58,17 +57,6 @@ class RunExistsError(RuntimeError):
 
 class RunLockedError(RunExistsError):
     """Another process is writing the run directory; the message names it (pid, host, start time)."""
-
-
-def _check_directory(path: Path) -> None:
-    """Refuse a run directory path that is something other than a directory, naming what it is."""
-    kind = path_kind(path)
-    if kind not in ("a directory", "missing"):
-        raise NotADirectoryError(
-            errno.ENOTDIR,
-            f"the run directory {path} is {kind}, not a directory; choose another --run.log-dir",
-            str(path),
-        )
 
 
 class RunDirCorruptError(RunExistsError):
@@ -364,7 +352,7 @@ class RunDir:
         """
         run = cls(path)
         new_json = config_to_json(config)
-        _check_directory(run.path)
+        require_directory(run.path, "run directory", "--run.log-dir")
         run.lock()
         _OPENED.append(run)
         try:
