@@ -70,7 +70,9 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 )
 def test_without_torch_a_command_names_the_extra_in_one_line(tmp_path: Path, argv: list[str]) -> None:
     line = _one_line(_run(tmp_path, "-m", "tempering.cli", *argv))
-    assert line.startswith(f"tempering {argv[0]}: needs the `local` extra (the local engine: 'torch' is not installed)")
+    assert line.startswith(
+        f"tempering {argv[0]}: needs the `local` extra (the local engine: 'torch' is not installed)"
+    )
     assert line.endswith("pip install 'tempering[local]'") or "pip install 'tempering[local]';" in line
     # Only the trainers can use the hosted service instead; the demo and tiny-model cannot.
     assert ("TINKER_API_KEY" in line) == (argv[0] == "sft")
@@ -95,7 +97,10 @@ def test_a_bare_install_names_every_extra_in_one_line(
     assert install in line
     assert line.count("pip install") == 1
     if "local" in install:
-        assert "the `local` extra (the local engine: 'torch', 'transformers', 'peft', … are not installed)" in line
+        assert (
+            "the `local` extra (the local engine: 'torch', 'transformers', 'peft', … are not installed)"
+            in line
+        )
     if "view" in install:
         assert "the `view` extra (the run page: " in line
     assert not (tmp_path / "runs").exists(), "nothing is written before the extras are there"

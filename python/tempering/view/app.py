@@ -75,7 +75,9 @@ def build_app(runs: Sequence[Run]) -> Starlette:
         if "before" not in r.query_params and "after" not in r.query_params:
             return default_comparison(run)
         q = r.query_params
-        return comparison(run, q.get("before_stage", ""), _int(r, "before"), q.get("after_stage", ""), _int(r, "after"))
+        return comparison(
+            run, q.get("before_stage", ""), _int(r, "before"), q.get("after_stage", ""), _int(r, "after")
+        )
 
     def endpoint(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
@@ -139,7 +141,11 @@ def static_data(runs: Sequence[Run], per_step: int = 20) -> dict[str, Any]:
                 if sum(len(k["members"]) for k in kept) >= per_step:
                     break
                 kept.append(g)
-            out["rollouts"][f"{i}:{s['stage']}:{s['step']}"] = {"groups": kept, "total": len(every), "notes": notes}
+            out["rollouts"][f"{i}:{s['stage']}:{s['step']}"] = {
+                "groups": kept,
+                "total": len(every),
+                "notes": notes,
+            }
     return out
 
 

@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def downsample(
     return [float(v) for v in xs[picks]], [float(v) for v in ys[picks]]
 
 
-def _number(v: object) -> bool:
+def _number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
@@ -153,7 +153,9 @@ def _group(name: str) -> str:
     return name.split("/", 1)[0] if "/" in name else "main"
 
 
-def _column(rows: list[tuple[int, str, dict[str, Any]]], name: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _column(
+    rows: list[tuple[int, str, dict[str, Any]]], name: str
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     xs = [s for s, _, line in rows if _number(line.get(name))]
     ys = [float(line[name]) for _, _, line in rows if _number(line.get(name))]
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)

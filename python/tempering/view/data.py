@@ -298,7 +298,9 @@ def _source(run: Run, stage: str) -> Path:
     raise ValueError(f"run {run.name!r} has no stage {stage!r} (stages: {names})")
 
 
-def step_episodes(run: Run, step: int, stage: str = "", notes: list[str] | None = None) -> list[dict[str, Any]]:
+def step_episodes(
+    run: Run, step: int, stage: str = "", notes: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Every episode logged at ``step`` of ``stage`` (``""``: the run's own directory):
     training rollouts, then evaluation rollouts; an unreadable part adds a note to ``notes``."""
     notes = [] if notes is None else notes
@@ -407,7 +409,11 @@ def run_summary(run: Run) -> dict[str, Any]:
         try:
             loaded: Any = json.loads(summary.read_text())
             if isinstance(loaded, dict):
-                figures = {str(k): v for k, v in loaded.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+                figures = {
+                    str(k): v
+                    for k, v in loaded.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                }
         except (json.JSONDecodeError, OSError) as exc:
             notes.append(f"{summary}: unreadable ({exc})")
     return {
