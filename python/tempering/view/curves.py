@@ -24,14 +24,12 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from tempering.training.rundir import RunDir
-
-if TYPE_CHECKING:
-    from tempering.view.data import Run
+from tempering.view.runs import Run
 
 __all__ = ["MAX_POINTS", "downsample", "key_metrics", "metric_series"]
 
