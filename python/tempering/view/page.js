@@ -84,6 +84,7 @@ async function init() {
   await showRollouts();
   performance.mark('rollouts-shown');
   await initCompare();
+  performance.mark('page-ready');  // the layout tests (tests/view/test_browser.py) read the page after it
   byId('smooth').oninput = () => { byId('smoothv').textContent = (+byId('smooth').value).toFixed(2); drawCurves(); };
   byId('xaxis').onchange = () => drawCurves();
   if (!STATIC) setInterval(async () => { await readMetrics(); drawLegend(); drawCurves(); await refreshSteps(); }, 3000);
