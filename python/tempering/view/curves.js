@@ -44,8 +44,11 @@ function toTime(clock, xs) {
   });
 }
 
+const LOG_NAMES = /(^|\/)(loss|nll|grad_norm|perplexity)/;  // metrics that may span decades
+
 function autoLog(name) {
   if (name in LOGY) return LOGY[name];
+  if (!LOG_NAMES.test(name)) return false;
   let lo = Infinity, hi = -Infinity;
   for (const m of S.metrics) {
     const s = seriesOf(m, name);
@@ -75,14 +78,22 @@ function traces(name, byTime, weight) {
   return out;
 }
 
-function stageMarks(byTime) {
+// The stages a chart's data spans: a dotted line where each begins, its name at the bottom.
+function stageMarks(byTime, lo, hi) {
   const shapes = [], annotations = [];
-  S.metrics.forEach((m, i) => (m.stages || []).forEach((st, k) => {
-    const x = byTime ? toTime(m.clock, [st.start])[0] : st.start - 0.5;
-    if (k > 0) shapes.push({type: 'line', xref: 'x', yref: 'paper', x0: x, x1: x, y0: 0, y1: 1, line: {color: runColor(i), width: 1, dash: 'dot'}});
+  S.metrics.forEach((m, i) => (m.stages || []).forEach(st => {
+    if (st.end < lo || st.start > hi) return;
+    const at = Math.max(st.start - 0.5, lo), x = byTime ? toTime(m.clock, [at])[0] : at;
+    if (st.start > lo) shapes.push({type: 'line', xref: 'x', yref: 'paper', x0: x, x1: x, y0: 0, y1: 1, line: {color: runColor(i), width: 1, dash: 'dot'}});
     annotations.push({x, y: 0, xref: 'x', yref: 'paper', text: esc(st.name), showarrow: false, xanchor: 'left', yanchor: 'bottom', font: {size: 11, color: '#666'}});
   }));
   return {shapes, annotations};
+}
+
+function extent(name) {
+  let lo = Infinity, hi = -Infinity;
+  for (const m of S.metrics) { const s = seriesOf(m, name); if (s && s.x.length) { lo = Math.min(lo, s.x[0]); hi = Math.max(hi, s.x[s.x.length - 1]); } }
+  return [lo, hi];
 }
 
 function card(parent, name) {
@@ -101,7 +112,7 @@ function drawChart(div, name) {
   const byTime = byId('xaxis').value === 'time', weight = +byId('smooth').value, logy = autoLog(name);
   div.querySelector('input').checked = logy;
   const layout = {margin: {l: 55, r: 12, t: 8, b: 36}, showlegend: false, hovermode: 'x',
-    xaxis: {title: {text: byTime ? 'wall time (s)' : 'step', font: {size: 11}}}, yaxis: {type: logy ? 'log' : 'linear'}, ...stageMarks(byTime)};
+    xaxis: {title: {text: byTime ? 'wall time (s)' : 'step', font: {size: 11}}}, yaxis: {type: logy ? 'log' : 'linear'}, ...stageMarks(byTime, ...extent(name))};
   PENDING.push(Plotly.react(div.querySelector('.plot'), traces(name, byTime, weight), layout,
     {displaylogo: false, responsive: true, modeBarButtonsToRemove: ['lasso2d', 'select2d']}));
 }
@@ -121,8 +132,10 @@ function drawSummary(skip) {
   byId('summary').innerHTML = `<table id=summary-table>${head}${body}</table>`;
 }
 
+let GROUPS = {};  // group -> its metrics (not key ones), as last read
+
 function drawGroups(skip) {
-  const groups = {};
+  const groups = GROUPS = {};
   S.metrics.forEach(m => { for (const [g, ms] of Object.entries(m.groups || {}))
     for (const n of Object.keys(ms)) if (!skip.has(n)) (groups[g] ??= new Set()).add(n); });
   const root = byId('groups');
@@ -131,15 +144,17 @@ function drawGroups(skip) {
     if (!sec) {
       sec = document.createElement('details'); sec.id = 'group-' + g; sec.className = 'group';
       sec.innerHTML = `<summary></summary><div class=grid></div>`;
-      sec.ontoggle = () => { OPEN[g] = sec.open; if (sec.open) drawGroupCharts(sec, groups[g]); };
+      sec.ontoggle = () => { OPEN[g] = sec.open; if (sec.open && !sec.dataset.drawn) drawGroupCharts(sec, GROUPS[g]); };
       root.appendChild(sec);
+      sec.open = OPEN[g] ?? OPEN.all ?? false;  // #open=all or #open=env,optim opens groups at load
     }
     sec.querySelector('summary').textContent = `${g} (${groups[g].size})`;
-    if (OPEN[g]) drawGroupCharts(sec, groups[g]);
+    if (sec.open) drawGroupCharts(sec, groups[g]);
   }
 }
 
 function drawGroupCharts(sec, names) {
+  sec.dataset.drawn = '1';
   const grid = sec.querySelector('.grid');
   for (const n of [...names].sort()) drawChart(card(grid, n), n);
 }

@@ -73,6 +73,7 @@ async function init() {
   S.runs = await api('runs', {});
   drawConfig();
   const want = new URLSearchParams(location.hash.slice(1));
+  for (const g of (want.get('open') || '').split(',')) if (g) OPEN[g] = true;
   // The rollouts' data is fetched while the curves are drawn, and shown after them.
   const rolloutsReady = prepareRollouts(want);
   await readMetrics();
