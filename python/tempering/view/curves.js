@@ -96,6 +96,15 @@ function extent(name) {
   return [lo, hi];
 }
 
+// A constant series (a fixed learning rate) gets 0 to twice its value, not plotly's value ± 1.
+function constantRange(name, logy) {
+  const ys = new Set();
+  for (const m of S.metrics) { const s = seriesOf(m, name); if (s) for (const v of s.y) if (v !== null) ys.add(v); }
+  if (logy || ys.size !== 1) return {};
+  const [v] = ys;
+  return v === 0 ? {} : {range: v > 0 ? [0, 2 * v] : [2 * v, 0]};
+}
+
 function card(parent, name) {
   const id = chartId(name);
   let div = byId(id);
@@ -112,7 +121,8 @@ function drawChart(div, name) {
   const byTime = byId('xaxis').value === 'time', weight = +byId('smooth').value, logy = autoLog(name);
   div.querySelector('input').checked = logy;
   const layout = {margin: {l: 55, r: 12, t: 8, b: 36}, showlegend: false, hovermode: 'x',
-    xaxis: {title: {text: byTime ? 'wall time (s)' : 'step', font: {size: 11}}}, yaxis: {type: logy ? 'log' : 'linear'}, ...stageMarks(byTime, ...extent(name))};
+    xaxis: {title: {text: byTime ? 'wall time (s)' : 'step', font: {size: 11}}}, yaxis: {type: logy ? 'log' : 'linear', ...constantRange(name, logy)},
+    ...stageMarks(byTime, ...extent(name))};
   PENDING.push(Plotly.react(div.querySelector('.plot'), traces(name, byTime, weight), layout,
     {displaylogo: false, responsive: true, modeBarButtonsToRemove: ['lasso2d', 'select2d']}));
 }
