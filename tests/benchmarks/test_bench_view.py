@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from view_workload import big_run
 
 from tempering.view import build_app, find_runs
-from tempering.view import data as view_data
+from tempering.view import curves as view_curves
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
 @pytest.mark.benchmark(group="view")
 def test_metrics_cold(benchmark: Any, client: TestClient) -> None:
     def run() -> int:
-        view_data._SERIES_CACHE.clear()  # pyright: ignore[reportPrivateUsage]
+        view_curves._SERIES_CACHE.clear()  # pyright: ignore[reportPrivateUsage]
         r = client.get("/api/metrics")
         assert r.status_code == 200
         return len(r.content)

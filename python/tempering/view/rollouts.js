@@ -47,7 +47,7 @@ async function prepareRollouts(want) {
   }
   await fillSteps(keep);
   for (const id of ['step', 'sort', 'tag', 'end']) byId(id).onchange = () => loadRollouts();
-  byId('run').onchange = async () => { await fillSteps(null); await loadRollouts(); };
+  byId('run').onchange = async () => { await fillSteps(null); await loadRollouts(); await initCompare(); };
   byId('minr').onchange = () => showRollouts();
   await fetchRollouts();
 }
