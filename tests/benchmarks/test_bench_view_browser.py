@@ -171,5 +171,6 @@ def test_page_load_big_run(benchmark: Any, tmp_path: Path, groups: str) -> None:
     for key in ("curves-drawn", "rollouts-shown", "wall_ms"):
         values = sorted(r[key] for r in rounds)
         benchmark.extra_info[f"{key}_median_ms"] = values[len(values) // 2]
-        print(f"{groups}: {key}: median {values[len(values) // 2]:.0f} ms, rounds {[round(v) for v in values]}")
+        median = values[len(values) // 2]
+        print(f"{groups}: {key}: median {median:.0f} ms, rounds {[round(v) for v in values]}")
     assert all(r["curves-drawn"] <= r["rollouts-shown"] for r in rounds)
