@@ -417,3 +417,37 @@ def test_layout(
         target = Path(os.environ["TEMPERING_VIEW_SHOTS"]) / shot.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, target)
+
+
+_WALL_TIME = """(async () => {
+  const x = byId('xaxis'); x.value = 'time'; x.onchange();
+  await Promise.all(PENDING.splice(0));
+  const plot = byId('chart-env_reward_mean').querySelector('.plot');
+  return [plot.layout.xaxis.title.text, plot.data.filter(t => t.meta === 'series').map(t => [t.name, t.x])];
+})()"""
+
+
+@pytest.mark.timeout(300)
+def test_overlay_legend_and_wall_time_axis(rl_dir: Path, tmp_path: Path, browser: Browser) -> None:
+    """Two run directories overlaid: named once each in the legend, one colour each, one trace
+    each per chart; the x axis switched to wall time puts the RL reward at its ``time/elapsed``."""
+    tab = Tab(browser, _page(rl_dir, tmp_path).as_uri(), 1280)
+    try:
+        tab.wait_mark("page-ready")
+        legend = tab.eval(
+            "[...document.querySelectorAll('#legend .run-name')]"
+            ".map(e => [e.textContent, e.querySelector('.swatch').style.background])"
+        )
+        assert [name for name, _ in legend] == ["sft", rl_dir.name]
+        assert legend[0][1] != legend[1][1]
+        facts = tab.eval(_FACTS)
+        for chart in facts["charts"]:
+            names = [s["name"] for s in chart["series"]]
+            assert len(names) == len(set(names)) >= 1
+            assert set(names) <= {"sft", rl_dir.name}
+        title, traces = tab.eval(_WALL_TIME)
+    finally:
+        tab.close()
+    assert title == "wall time (s)"
+    elapsed = [json.loads(x)["time/elapsed"] for x in (rl_dir / "metrics.jsonl").read_text().splitlines()]
+    assert traces == [[rl_dir.name, pytest.approx(elapsed)]]
