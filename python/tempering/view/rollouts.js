@@ -67,7 +67,8 @@ function tokens(turn, adv) {
   if (turn.ac_pieces && turn.ac_pieces.length === turn.ac_tokens.length) {
     const toks = '<div class=resp>' + turn.ac_tokens.map((t, k) => `<span class=tok style="background:${bg}" title="token ${t}, logprob ${lp ? lp[k].toFixed(3) : 'n/a'}">${esc(turn.ac_pieces[k])}</span>`).join('') + '</div>';
     // A character split across tokens decodes to U+FFFD piece by piece: the logged text too.
-    const whole = turn.action != null && turn.action !== turn.ac_pieces.join('') ? `<pre class=text title="the decoded text">${esc(turn.action)}</pre>` : '';
+    const split = turn.ac_pieces.some(p => p.includes('\uFFFD'));
+    const whole = turn.action != null && split ? `<pre class=text title="the decoded text">${esc(turn.action)}</pre>` : '';
     return toks + whole;
   }
   const ids = turn.ac_tokens.map((t, k) => `<span class=tok title="logprob ${lp ? lp[k].toFixed(3) : 'n/a'}">${t}</span>`).join(' ');
