@@ -5,6 +5,7 @@ const PENDING = [];  // Plotly draws in flight (init awaits them before marking 
 const LOGY = {};     // metric -> the user's choice of a log y axis (else: automatic)
 const OPEN = {};     // group -> opened by the user
 const SMOOTH_MIN_POINTS = 20;  // shorter series (evaluations) are drawn as they are
+const SMOOTH_POINTS = 500;     // the most points of a smoothed trace
 
 function chartId(name) { return 'chart-' + name.replace(/[^A-Za-z0-9_-]/g, '_'); }
 
@@ -73,7 +74,12 @@ function traces(name, byTime, weight) {
     const few = s.x.length <= 100;
     out.push({x, y: s.y, name: smooth ? run + ' (raw)' : run, mode: few ? 'lines+markers' : 'lines',
       line: {color, width: 1}, marker: {size: 5}, opacity: smooth ? 0.25 : 1, showlegend: false, meta: smooth ? 'raw' : 'series'});
-    if (smooth) out.push({x, y: ema(s.y, weight), name: run, mode: 'lines', line: {color, width: 2}, showlegend: false, meta: 'series'});
+    if (smooth) {
+      // The average is smooth: every k-th point of it (at most ~SMOOTH_POINTS) draws the same line.
+      const y = ema(s.y, weight), k = Math.ceil(x.length / SMOOTH_POINTS);
+      const keep = (_, i) => i % k === 0 || i === x.length - 1;
+      out.push({x: x.filter(keep), y: y.filter(keep), name: run, mode: 'lines', line: {color, width: 2}, showlegend: false, meta: 'series'});
+    }
   });
   return out;
 }
