@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from view_workload import big_run
 
 from tempering.view import build_app, find_runs
-from tempering.view import data as view_data
+from tempering.view import curves as view_curves
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
 @pytest.mark.benchmark(group="view")
 def test_metrics_cold(benchmark: Any, client: TestClient) -> None:
     def run() -> int:
-        view_data._SERIES_CACHE.clear()  # pyright: ignore[reportPrivateUsage]
+        view_curves._SERIES_CACHE.clear()  # pyright: ignore[reportPrivateUsage]
         r = client.get("/api/metrics")
         assert r.status_code == 200
         return len(r.content)
@@ -38,8 +38,10 @@ def test_metrics_poll_unchanged(benchmark: Any, client: TestClient) -> None:
 @pytest.mark.benchmark(group="view")
 def test_rollout_page(benchmark: Any, client: TestClient) -> None:
     def run() -> int:
-        r = client.get("/api/rollouts", params={"step": 9990, "limit": 20})
-        assert len(r.json()["episodes"]) == 20
+        r = client.get("/api/rollouts", params={"step": 9990})
+        page = r.json()
+        assert len(page["groups"]) == 125  # 1,000 episodes in groups of 8: every group summarised
+        assert len(page["episodes"]) == 8  # the best group shown
         return r.status_code
 
     benchmark(run)

@@ -122,3 +122,31 @@ def test_demo_tiny_budget(tmp_path: Path) -> None:
     assert "test/correct" not in rl[-1]
     # The RL rollouts were logged (Parquet + text), one part file per step.
     assert len(list((out / "rl" / "trajectories").rglob("*.parquet"))) == 4
+
+
+def test_summary_line_gives_a_spread_only_where_it_varies() -> None:
+    """Issue 31: greedy accuracy (evaluated once, it does not depend on the seed) has no
+    ``± 0.0% over 3 eval seeds``; a sampled accuracy gets ``±`` only where its seeds differ."""
+    from tempering.evals.stats import Spread
+    from tempering.recipes.demo import DemoSummary
+
+    seeds = (0, 1, 2)
+    summary = DemoSummary(
+        run_dir=Path("runs/demo"), base_accuracy=0.1, base_greedy_accuracy=0.2, sft_accuracy=0.5,
+        rl_accuracy=0.6, sft_greedy_accuracy=0.5, rl_greedy_accuracy=0.7, wall_seconds=3.0,
+        spread={
+            "base_accuracy": Spread(seeds, (0.1, 0.1, 0.1)),
+            "sft_accuracy": Spread(seeds, (0.5, 0.4, 0.6)),
+            "rl_accuracy": Spread(seeds, (0.6, 0.6, 0.6)),
+            "base_greedy_accuracy": Spread(seeds[:1], (0.2,)),
+            "sft_greedy_accuracy": Spread(seeds[:1], (0.5,)),
+            "rl_greedy_accuracy": Spread(seeds[:1], (0.7,)),
+        },
+    )  # fmt: skip
+    line = summary.line()
+    greedy = line[line.index("greedy") :]
+    assert "eval seeds" not in greedy
+    assert "±" not in greedy
+    assert line.count("±") == 1
+    assert "50.0% ± 10.0% over 3 eval seeds" in line
+    assert line.count("the same over 3 eval seeds") == 2

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tempering.cli._extras import EXTRAS
+
 _TRAINERS = {
     "sft": "supervised fine-tuning on chat data (docs/sft.md)",
     "dpo": "direct preference optimization on labeled comparisons (docs/dpo.md)",
@@ -160,7 +162,7 @@ def _train(command: str, argv: Sequence[str]) -> int:
     return 0
 
 
-_LOCAL_MODULES = frozenset({"torch", "transformers", "peft", "safetensors", "tokenizers", "gguf"})
+_LOCAL_MODULES = frozenset(EXTRAS["local"][1])
 """The modules of the ``local`` extra (the in-process engine)."""
 
 
@@ -179,24 +181,27 @@ def _missing_local_module(exc: BaseException) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``tempering ARGS``: run the command; a missing ``local`` extra is one line, exit 1."""
+    """``tempering ARGS``: run the command through the error boundary (:mod:`tempering.cli._errors`);
+    missing extras are one line naming them all, exit 1."""
     from tempering.cli._errors import debug_requested, run_guarded
+    from tempering.cli._extras import missing_extras, missing_message
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args_list)
     command = args_list[0] if args_list else ""
+    if not {"-h", "--help"} & set(args_list):
+        missing = missing_extras(command)
+        if missing:
+            print(missing_message(command, missing), file=sys.stderr)
+            return 1
     try:
         return run_guarded(command, lambda: _main(args_list), debug=debug)
     except ImportError as exc:
-        missing = _missing_local_module(exc)
-        if missing is None:
+        gone = _missing_local_module(exc)
+        if gone is None:
             raise
-        print(
-            f"tempering {command}: the local engine needs the `local` extra ({missing!r} is not "
-            "installed): pip install 'tempering[local]'; or set TINKER_API_KEY to train on the "
-            "hosted Tinker service",
-            file=sys.stderr,
-        )
+        others = {k: v for k, v in missing_extras(command).items() if k != "local"}
+        print(missing_message(command, {"local": [gone], **others}, first=[gone]), file=sys.stderr)
         return 1
 
 

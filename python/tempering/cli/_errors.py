@@ -44,17 +44,22 @@ def debug_requested(args: list[str]) -> bool:
 
 def _run_failed_types() -> tuple[type[BaseException], ...]:
     """Errors of a run that was given good input but could not go on (exit 1, one line)."""
-    from tempering.rl.ray_executor import WorkersLostError
-    from tempering.rl.rollout_failures import RolloutsFailedError
-
+    try:
+        from tempering.rl.ray_executor import WorkersLostError
+        from tempering.rl.rollout_failures import RolloutsFailedError
+    except ImportError:  # a bare install (no `local` extra): no run got that far
+        return ()
     return (RolloutsFailedError, WorkersLostError)
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     """Errors a user causes with their input, flags, files or directories (exit 2, one line)."""
     from tempering.model_info import UnknownModelError
-    from tempering.training.rundir import RunExistsError
 
+    try:
+        from tempering.training.rundir import RunExistsError
+    except ImportError:  # a bare install (no `local` extra)
+        return (ValueError, OSError, DirLockedError, UnknownModelError)
     return (ValueError, OSError, RunExistsError, DirLockedError, UnknownModelError)
 
 
@@ -86,10 +91,10 @@ def _own(exc: BaseException) -> bool:
 
 
 def _interrupted(command: str) -> str:
-    from tempering.training.rundir import opened_run_dirs
-
     lines = [f"tempering {command}: interrupted (Ctrl-C)."]
-    for run in opened_run_dirs():
+    rundir = sys.modules.get("tempering.training.rundir")  # loaded only if a run was opened
+    opened = rundir.opened_run_dirs() if rundir is not None else []
+    for run in opened:
         last = run.last_checkpoint() if run.exists() else None
         if last is None:
             lines.append(

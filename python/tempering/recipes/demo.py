@@ -227,15 +227,19 @@ class DemoSummary:
     """Figure name → its values over the evaluation seeds, their mean and sd."""
 
     def line(self) -> str:
-        """The final summary line."""
+        """The final summary line: each accuracy with its 95% interval and, where it was
+        evaluated on several seeds, its spread (``± sd``) only where the values differ (greedy
+        accuracies are evaluated once: they do not depend on the seed)."""
 
         def acc(name: str) -> str:
             value: float = getattr(self, name)
             low, high = self.ci95.get(name, (float("nan"), float("nan")))
             text = f"{value:.1%} [95% CI {low:.1%}-{high:.1%}"
             sp = self.spread.get(name)
-            if sp is not None and len(sp.values) > 1:
+            if sp is not None and len(set(sp.values)) > 1:  # a spread only where it varies
                 text += f"; {sp.mean:.1%} ± {sp.sd:.1%} over {len(sp.values)} eval seeds"
+            elif sp is not None and len(sp.values) > 1:
+                text += f"; the same over {len(sp.values)} eval seeds"
             return text + "]"
 
         return (

@@ -4,8 +4,11 @@ JSON endpoints (every one answers 200 or a 4xx with ``{"error": ...}``, never a 
 
     GET /api/runs                                   name, path, config, checkpoints of each run
     GET /api/metrics?run=I                          the run's curves, grouped by prefix, downsampled
-    GET /api/steps?run=I                            the steps with a trajectory-log part
-    GET /api/rollouts?run=I&step=S&offset=O&limit=L&sort=best|worst|order&tag=T&end_reason=E
+    GET /api/steps?run=I                            the steps with rollouts, of the run and its stages
+    GET /api/rollouts?run=I&stage=N&step=S&group=G&sort=best|worst|order&tag=T&end_reason=E
+    GET /api/compare?run=I[&before_stage=N&before=S&after_stage=N&after=S]
+                                                    held-out answers of two evaluations (default:
+                                                    the first and the last), side by side
 """
 
 from __future__ import annotations
@@ -22,7 +25,17 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from tempering.view.data import Run, find_runs, metric_series, rollout_page, rollout_steps, run_summary
+from tempering.view.compare import comparison, default_comparison
+from tempering.view.data import (
+    Run,
+    find_runs,
+    group_episodes,
+    metric_series,
+    rollout_page,
+    rollout_steps,
+    run_summary,
+    step_episodes,
+)
 from tempering.view.page import page_html, plotly_js
 
 __all__ = ["PortInUseError", "build_app", "check_port", "serve", "static_data", "write_static"]
@@ -57,6 +70,15 @@ def build_app(runs: Sequence[Run]) -> Starlette:
             raise _BadRequestError(f"run {i} out of range: {len(runs)} run(s)")
         return runs[i]
 
+    def _compare(r: Request) -> Any:
+        run = _run(r)
+        if "before" not in r.query_params and "after" not in r.query_params:
+            return default_comparison(run)
+        q = r.query_params
+        return comparison(
+            run, q.get("before_stage", ""), _int(r, "before"), q.get("after_stage", ""), _int(r, "after")
+        )
+
     def endpoint(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
             try:
@@ -86,34 +108,50 @@ def build_app(runs: Sequence[Run]) -> Starlette:
                 lambda r: rollout_page(
                     _run(r),
                     _int(r, "step"),
-                    offset=max(0, _int(r, "offset", 0)),
-                    limit=min(200, max(1, _int(r, "limit", 20))),
+                    stage=r.query_params.get("stage", ""),
+                    group=_int(r, "group") if r.query_params.get("group") else None,
                     sort=r.query_params.get("sort", "best"),
                     tag=r.query_params.get("tag", ""),
                     end_reason=r.query_params.get("end_reason", ""),
                 )
             ),
         ),
+        Route("/api/compare", endpoint(_compare)),
     ]
     return Starlette(routes=routes)
 
 
 def static_data(runs: Sequence[Run], per_step: int = 20) -> dict[str, Any]:
-    """Everything the page shows, for a static file: each run's summary, curves, and the first
-    ``per_step`` best episodes of each logged step."""
-    out: dict[str, Any] = {"runs": [run_summary(r) for r in runs], "metrics": [], "steps": [], "rollouts": {}}
+    """Everything the page shows, for a static file: each run's summary, curves, the comparison
+    of its first and last evaluations, and of each logged step the best groups, whole, until
+    they hold ``per_step`` episodes (``rollouts["RUN:STAGE:STEP"]``: ``groups``, ``total``)."""
+    out: dict[str, Any] = {
+        "runs": [run_summary(r) for r in runs], "metrics": [], "steps": [], "compare": [], "rollouts": {},
+    }  # fmt: skip
     for i, run in enumerate(runs):
         out["metrics"].append(metric_series(run))
+        out["compare"].append(default_comparison(run))
         steps = rollout_steps(run)
         out["steps"].append(steps)
         for s in steps:
-            out["rollouts"][f"{i}:{s}"] = rollout_page(run, s, limit=per_step)
+            notes: list[str] = []
+            every = step_episodes(run, s["step"], s["stage"], notes)
+            kept: list[dict[str, Any]] = []
+            for g in group_episodes(every):
+                if sum(len(k["members"]) for k in kept) >= per_step:
+                    break
+                kept.append(g)
+            out["rollouts"][f"{i}:{s['stage']}:{s['step']}"] = {
+                "groups": kept,
+                "total": len(every),
+                "notes": notes,
+            }
     return out
 
 
 def write_static(paths: Sequence[str | Path], out: str | Path, *, per_step: int = 20) -> Path:
     """Write the page of the runs at ``paths`` once, as one self-contained HTML file, with the
-    first ``per_step`` best episodes of each logged step."""
+    best groups of each logged step (``per_step`` episodes or a few more: groups stay whole)."""
     runs = find_runs(paths)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)

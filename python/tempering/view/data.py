@@ -18,160 +18,42 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tempering.backend import load_tokenizer
 from tempering.training.rundir import RunDir
+from tempering.view.curves import MAX_POINTS, downsample, metric_series
+from tempering.view.runs import NotARunError, Run, Stage, find_runs
 
 __all__ = [
+    "MAX_POINTS",
     "NotARunError",
     "Run",
+    "Stage",
     "downsample",
     "eval_rollouts_path",
     "find_runs",
+    "group_episodes",
     "metric_series",
     "rollout_page",
     "rollout_steps",
     "run_summary",
+    "step_episodes",
     "write_eval_rollouts",
 ]
-
-MAX_POINTS = 2000
-"""The most points a curve is sent with (min/max buckets keep its spikes)."""
 
 _STEP_PART = re.compile(r"^step-(\d+)\.parquet$")
 _EVAL_PART = re.compile(r"^step-(\d+)\.jsonl$")
 
 
-class NotARunError(ValueError):
-    """A directory given to ``tempering view`` holds no run."""
-
-
-@attrs.frozen
-class Run:
-    """One run shown by the viewer: a label and its directory."""
-
-    name: str
-    path: Path
-
-
-def _is_run(path: Path) -> bool:
-    return (path / "config.json").is_file() or (path / "metrics.jsonl").is_file()
-
-
-def find_runs(paths: Sequence[str | Path]) -> list[Run]:
-    """The runs named by ``paths``: a run directory, a recipe's directory of stage runs (each
-    subdirectory holding a run is one), or both (a run directory with stage runs inside).
-
-    Raises :class:`NotARunError` naming each path and what it lacks."""
-    runs: list[Run] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.is_dir():
-            raise NotARunError(f"{path}: no such directory (expected a run directory)")
-        stages = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
-        if _is_run(path):
-            runs.append(Run(path.resolve().name, path))
-        elif not stages:
-            raise NotARunError(
-                f"{path} is not a run directory: it has no config.json and no metrics.jsonl "
-                "(written by tempering sft|dpo|rm|rl and the recipes), and no stage "
-                "subdirectory holding them; pass the run's --run.log-dir"
-            )
-        runs.extend(Run(f"{path.resolve().name}/{p.name}", p) for p in stages)
-    return runs
-
-
-def downsample(
-    x: Sequence[float], y: Sequence[float], max_points: int = MAX_POINTS
-) -> tuple[list[float], list[float]]:
-    """At most ``max_points`` points of a curve: for each of ``max_points // 2`` buckets of
-    consecutive points, its minimum and maximum (in step order), so no spike is lost."""
-    if len(x) <= max_points:
-        return list(x), list(y)
-    n_buckets = max(1, max_points // 2)
-    size = -(-len(x) // n_buckets)  # ceil: equal buckets of consecutive points, the last one short
-    ys = np.full(n_buckets * size, np.nan)
-    ys[: len(y)] = np.asarray(y, dtype=np.float64)
-    grid = ys.reshape(n_buckets, size)
-    nan = np.isnan(grid)
-    rows = np.arange(n_buckets)
-    lo = np.where(nan, np.inf, grid).argmin(axis=1)
-    hi = np.where(nan, -np.inf, grid).argmax(axis=1)
-    keep = ~nan.all(axis=1)
-    picks = np.unique(np.concatenate([(rows * size + lo)[keep], (rows * size + hi)[keep]]))
-    xs = np.asarray(x, dtype=np.float64)
-    return [float(v) for v in xs[picks]], [float(v) for v in ys[picks]]
-
-
-def _group(name: str) -> str:
-    return name.split("/", 1)[0] if "/" in name else "main"
-
-
-_SERIES_CACHE: dict[tuple[Path, int], tuple[tuple[int, int], dict[str, Any]]] = {}
-
-
-def metric_series(run: Run, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """Every numeric metric of the run, one line per step (the last written), downsampled:
-    ``{"groups": {prefix: {metric: {"x": steps, "y": values}}}, "steps": n, "last_step": s}``.
-    A line's step is its ``global_step`` when it has one (a recipe's combined metrics, whose
-    stages each count ``step`` from 0), else its ``step``.
-    Read again only when ``metrics.jsonl`` changed (its size or modification time)."""
-    path = RunDir(run.path).metrics_path
-    try:
-        st = path.stat()
-        stamp = (st.st_mtime_ns, st.st_size)
-    except OSError:
-        stamp = (0, -1)
-    key = (path.resolve(), max_points)
-    cached = _SERIES_CACHE.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    series = _read_series(run, max_points)
-    _SERIES_CACHE[key] = (stamp, series)
-    return series
-
-
-def _read_series(run: Run, max_points: int) -> dict[str, Any]:
-    by_step: dict[int, dict[str, Any]] = {}
-    for line in RunDir(run.path).read_metrics():
-        step = line.get("global_step", line.get("step"))
-        if isinstance(step, int) and not isinstance(step, bool):
-            by_step[step] = line  # a resumed run writes a step again: the last one holds
-    steps = sorted(by_step)
-    names = sorted(
-        {k for line in by_step.values() for k, v in line.items() if k not in _STEP_KEYS and _number(v)}
-    )
-    groups: dict[str, dict[str, dict[str, list[float | None]]]] = {}
-    for name in names:
-        xs = [float(s) for s in steps if _number(by_step[s].get(name))]
-        ys = [float(by_step[int(s)][name]) for s in xs]
-        dx, dy = downsample(xs, ys, max_points)
-        groups.setdefault(_group(name), {})[name] = {
-            "x": list(dx),
-            "y": [None if math.isnan(v) else v for v in dy],
-        }
-    return {"groups": groups, "steps": len(steps), "last_step": steps[-1] if steps else None}
-
-
-_STEP_KEYS = frozenset({"step", "global_step"})
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _rl_dir(run: Run) -> Path:
-    return run.path / "trajectories" / "rl"
+def _rl_dir(d: Path) -> Path:
+    return d / "trajectories" / "rl"
 
 
 def eval_rollouts_path(run_dir: str | Path, step: int) -> Path:
@@ -204,15 +86,8 @@ def _steps_in(d: Path, pattern: re.Pattern[str]) -> set[int]:
     return {int(m.group(1)) for f in d.iterdir() if (m := pattern.match(f.name))}
 
 
-def rollout_steps(run: Run) -> list[int]:
-    """The steps with a trajectory-log part or evaluation rollouts (hidden temporary files
-    skipped)."""
-    rl = _steps_in(_rl_dir(run), _STEP_PART)
-    return sorted(rl | _steps_in(eval_rollouts_path(run.path, 0).parent, _EVAL_PART))
-
-
-def _text_records(run: Run, step: int) -> dict[str, dict[str, Any]]:
-    path = run.path / "trajectories" / "text" / f"step-{step:06d}.jsonl"
+def _text_records(d: Path, step: int) -> dict[str, dict[str, Any]]:
+    path = d / "trajectories" / "text" / f"step-{step:06d}.jsonl"
     out: dict[str, dict[str, Any]] = {}
     if path.is_file():
         for line in path.read_text(errors="replace").splitlines():
@@ -237,9 +112,9 @@ def _tokenizer(base_model: str) -> Any:
         return None
 
 
-def _run_tokenizer(run: Run) -> Any:
+def _run_tokenizer(d: Path) -> Any:
     try:
-        config = json.loads((run.path / "config.json").read_text())
+        config = json.loads((d / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
     model = config.get("model") if isinstance(config, dict) else None
@@ -247,9 +122,9 @@ def _run_tokenizer(run: Run) -> Any:
     return _tokenizer(base) if isinstance(base, str) else None
 
 
-def _rl_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]]:
+def _rl_episodes(d: Path, step: int, notes: list[str]) -> list[dict[str, Any]]:
     """Step ``step``'s episodes from the RL trajectory log (none when it has no part)."""
-    part = _rl_dir(run) / f"step-{step:06d}.parquet"
+    part = _rl_dir(d) / f"step-{step:06d}.parquet"
     if not part.is_file():
         return []
     try:
@@ -286,10 +161,10 @@ def _rl_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]]:
                 trained=row["trained"],
                 end_reason=row["end_reason"],
             )
-    texts = _text_records(run, step)
+    texts = _text_records(d, step)
     if not texts:
         notes.append(f"step {step}: no decoded text logged (trajectories/text); showing token ids")
-    tokenizer = _run_tokenizer(run)
+    tokenizer = _run_tokenizer(d)
     for ep in episodes.values():
         if tokenizer is not None:
             for turn in ep["turns"]:
@@ -303,10 +178,10 @@ def _rl_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]]:
     return list(episodes.values())
 
 
-def _eval_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]]:
+def _eval_episodes(d: Path, step: int, notes: list[str]) -> list[dict[str, Any]]:
     """Step ``step``'s evaluation rollouts (:func:`write_eval_rollouts`); a line that is not an
     episode is skipped with a note."""
-    path = eval_rollouts_path(run.path, step)
+    path = eval_rollouts_path(d, step)
     if not path.is_file():
         return []
     out: list[dict[str, Any]] = []
@@ -325,49 +200,137 @@ def _eval_episodes(run: Run, step: int, notes: list[str]) -> list[dict[str, Any]
     return out
 
 
+def _sources(run: Run) -> list[tuple[str, Path, int | None]]:
+    """``(stage, directory, offset)`` of each place the run's rollouts are logged: the run's own
+    directory (stage ``""``, its steps already on the run's axis) and each stage's (its step
+    ``s`` at ``offset + s + 1``; ``None`` when the run's curves do not place the stage)."""
+    offsets = {s["name"]: int(s["offset"]) for s in metric_series(run)["stages"]} if run.stages else {}
+    return [("", run.path, None), *((s.name, s.path, offsets.get(s.name)) for s in run.stages)]
+
+
+def rollout_steps(run: Run) -> list[dict[str, Any]]:
+    """The steps with a trajectory-log part (``train``) or evaluation rollouts (``eval``), of
+    the run and of each of its stages (hidden temporary files skipped), in the order of the
+    run's step axis: ``{"stage", "step", "global", "kinds"}``."""
+    out: list[dict[str, Any]] = []
+    for stage, d, offset in _sources(run):
+        train = _steps_in(_rl_dir(d), _STEP_PART)
+        evals = _steps_in(eval_rollouts_path(d, 0).parent, _EVAL_PART)
+        for step in sorted(train | evals):
+            out.append(
+                {
+                    "stage": stage,
+                    "step": step,
+                    "global": step if offset is None else offset + step + 1,
+                    "kinds": [k for k, steps in (("train", train), ("eval", evals)) if step in steps],
+                }
+            )
+    out.sort(key=lambda e: (e["global"], e["stage"]))
+    return out
+
+
+def _source(run: Run, stage: str) -> Path:
+    if not stage:
+        return run.path
+    for s in run.stages:
+        if s.name == stage:
+            return s.path
+    names = ", ".join(s.name for s in run.stages) or "none"
+    raise ValueError(f"run {run.name!r} has no stage {stage!r} (stages: {names})")
+
+
+def step_episodes(
+    run: Run, step: int, stage: str = "", notes: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every episode logged at ``step`` of ``stage`` (``""``: the run's own directory):
+    training rollouts, then evaluation rollouts; an unreadable part adds a note to ``notes``."""
+    notes = [] if notes is None else notes
+    d = _source(run, stage)
+    return _rl_episodes(d, step, notes) + _eval_episodes(d, step, notes)
+
+
+def _mean_reward(members: list[dict[str, Any]]) -> float:
+    return sum(float(e.get("total_reward") or 0.0) for e in members) / max(1, len(members))
+
+
+def group_episodes(episodes: list[dict[str, Any]], sort: str = "best") -> list[dict[str, Any]]:
+    """Episodes by group (the prompt they share): ``{"group", "size", "mean_reward", "prompt",
+    "tags", "members"}``, best (highest mean total reward) first, ``worst`` first or in group
+    ``order``; the members best first (``order``: by member)."""
+    by: dict[Any, list[dict[str, Any]]] = {}
+    for ep in episodes:
+        by.setdefault(ep["group"], []).append(ep)
+    out: list[dict[str, Any]] = []
+    for g, members in by.items():
+        if sort == "order":
+            members.sort(key=lambda e: e["member"])
+        else:
+            members.sort(key=lambda e: float(e.get("total_reward") or 0.0), reverse=sort != "worst")
+        turns = members[0].get("turns") or [{}]
+        prompt = turns[0].get("observation") or members[0]["episode_id"]
+        out.append(
+            {
+                "group": g,
+                "size": len(members),
+                "mean_reward": _mean_reward(members),
+                "prompt": str(prompt)[:200],
+                "tags": sorted({t for e in members for t in e["tags"]}),
+                "members": members,
+            }
+        )
+    if sort in ("best", "worst"):
+        out.sort(key=lambda g: g["mean_reward"], reverse=sort == "best")
+    else:
+        out.sort(key=lambda g: g["group"])
+    return out
+
+
 def rollout_page(
     run: Run,
     step: int,
-    offset: int = 0,
-    limit: int = 20,
-    sort: str = "best",
     *,
+    stage: str = "",
+    group: int | None = None,
+    sort: str = "best",
     tag: str = "",
     end_reason: str = "",
 ) -> dict[str, Any]:
-    """One page of step ``step``'s episodes: reward, advantage, tags, per turn the decoded
-    observation and action (when the run logged text) and the action's tokens and logprobs
-    (and each token's text, ``ac_pieces``, when the run's tokenizer is available offline).
-
-    ``sort``: ``best`` (highest total reward first), ``worst`` or ``order`` (group, member).
-    ``tag`` / ``end_reason``: only the episodes with that logging tag / end reason (``""``: all);
-    the answer lists the step's ``tags`` and ``end_reasons`` to choose from.
+    """Step ``step``'s episodes (of ``stage``), one group at a time: ``groups`` (every group's
+    summary, in ``sort`` order: ``best``, ``worst`` or ``order``), ``group`` (the one shown:
+    ``group``, else the first) and ``episodes`` (its members), each with reward, advantage,
+    tags, per turn the decoded observation and action (when the run logged text) and the
+    action's tokens and logprobs (and each token's text, ``ac_pieces``, when the run's tokenizer
+    is available offline). ``tag`` / ``end_reason``: only the episodes with that logging tag /
+    end reason (``""``: all); the answer lists the step's ``tags`` and ``end_reasons``.
     A part that cannot be read gives no episodes and a ``note`` naming the file."""
     notes: list[str] = []
-    every = _rl_episodes(run, step, notes) + _eval_episodes(run, step, notes)
+    every = step_episodes(run, step, stage, notes)
     if not every and not notes:
-        notes.append(f"{_rl_dir(run) / f'step-{step:06d}.parquet'}: no trajectory log part for step {step}")
-    ordered = [
+        part = _rl_dir(_source(run, stage)) / f"step-{step:06d}.parquet"
+        notes.append(f"{part}: no trajectory log part for step {step}")
+    kept = [
         e
         for e in every
         if (not tag or tag in e["tags"]) and (not end_reason or e.get("end_reason") == end_reason)
     ]
-    if sort in ("best", "worst"):
-        ordered.sort(key=lambda e: float(e.get("total_reward") or 0.0), reverse=sort == "best")
-    else:
-        ordered.sort(key=lambda e: (e["group"], e["member"]))
+    groups = group_episodes(kept, sort)
+    shown = next((g for g in groups if g["group"] == group), groups[0] if groups else None)
     return {
+        "stage": stage,
         "step": step,
-        "total": len(ordered),
+        "total": len(kept),
         "tags": sorted({t for e in every for t in e["tags"]}),
         "end_reasons": sorted({str(e.get("end_reason")) for e in every}),
-        "episodes": ordered[offset : offset + limit],
+        "groups": [{k: v for k, v in g.items() if k != "members"} for g in groups],
+        "group": shown["group"] if shown else None,
+        "episodes": shown["members"] if shown else [],
         "notes": notes,
     }
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    """The run's name, path, config (``config.json``) and checkpoint index."""
+    """The run's name, path, stage names, figures (the numbers of a recipe's ``summary.json``),
+    config (``config.json``) and checkpoint index."""
     rd = RunDir(run.path)
     notes: list[str] = []
     config: Any = None
@@ -381,9 +344,25 @@ def run_summary(run: Run) -> dict[str, Any]:
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         checkpoints = []
         notes.append(f"{rd.index_path}: unreadable ({exc})")
+    figures: dict[str, float] = {}
+    summary = run.path / "summary.json"
+    if summary.is_file():
+        try:
+            loaded: Any = json.loads(summary.read_text())
+            if isinstance(loaded, dict):
+                figures = {
+                    str(k): v
+                    for k, v in loaded.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                }
+        except (json.JSONDecodeError, OSError) as exc:
+            notes.append(f"{summary}: unreadable ({exc})")
     return {
         "name": run.name,
         "path": str(run.path),
+        "stages": [s.name for s in run.stages],
+        "stage_runs": [run_summary(Run(f"{run.name}/{s.name}", s.path)) for s in run.stages],
+        "figures": figures,
         "config": config,
         "checkpoints": checkpoints,
         "notes": notes,

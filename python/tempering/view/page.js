@@ -1,110 +1,93 @@
+// tempering view: the page's core (data access, shared state, start-up, live polling).
+// curves.js draws the charts and the summary, rollouts.js the rollouts, compare.js the
+// evaluation comparison; page.py inlines the four files in that order.
 const STATIC = (typeof DATA !== 'undefined') && DATA !== null;
+const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2'];
+const S = {runs: [], metrics: [], steps: []};  // what the page last read of each run
+
+function esc(s) { return String(s ?? '').replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c])); }
+function runColor(i) { return PALETTE[i % PALETTE.length]; }
+function fmt(v) {
+  if (v === null || v === undefined) return 'n/a';
+  if (typeof v !== 'number') return String(v);
+  if (Number.isInteger(v)) return String(v);
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : v.toPrecision(4);
+}
+function byId(id) { return document.getElementById(id); }
+
+// A static page answers from the embedded DATA as the server would.
+function staticRollouts(params) {
+  const page = DATA.rollouts[`${params.run}:${params.stage}:${params.step}`] || {groups: [], total: 0, notes: []};
+  const keep = e => (!params.tag || e.tags.includes(params.tag)) && (!params.end_reason || e.end_reason === params.end_reason);
+  const every = page.groups.flatMap(g => g.members);
+  const groups = page.groups.map(g => ({...g, members: g.members.filter(keep)})).filter(g => g.members.length);
+  const mean = g => g.members.reduce((a, e) => a + (e.total_reward ?? 0), 0) / g.members.length;
+  if (params.sort === 'worst') groups.sort((a, b) => mean(a) - mean(b));
+  else if (params.sort === 'order') groups.sort((a, b) => a.group - b.group);
+  else groups.sort((a, b) => mean(b) - mean(a));
+  const shown = groups.find(g => String(g.group) === String(params.group)) || groups[0];
+  const notes = [...(page.notes || [])];
+  if (page.total > every.length) notes.push(`this static page holds ${every.length} of the step's ${page.total} episodes (the best groups); tempering view RUN_DIR serves them all`);
+  return {
+    total: groups.reduce((a, g) => a + g.members.length, 0), notes,
+    tags: [...new Set(every.flatMap(e => e.tags))].sort(),
+    end_reasons: [...new Set(every.map(e => String(e.end_reason)))].sort(),
+    groups: groups.map(g => ({group: g.group, size: g.members.length, mean_reward: mean(g), prompt: g.prompt, tags: g.tags})),
+    group: shown ? shown.group : null, episodes: shown ? shown.members : [],
+  };
+}
+
 async function api(path, params) {
   if (STATIC) {
     if (path === 'runs') return DATA.runs;
     if (path === 'metrics') return DATA.metrics[params.run];
     if (path === 'steps') return DATA.steps[params.run];
-    const page = DATA.rollouts[params.run + ':' + params.step] || {episodes: [], total: 0, notes: []};
-    const eps = (page.episodes || []).filter(e => (!params.tag || e.tags.includes(params.tag))
-      && (!params.end_reason || e.end_reason === params.end_reason));
-    return {...page, episodes: eps, total: eps.length};
+    if (path === 'compare') return DATA.compare[params.run];
+    return staticRollouts(params);
   }
   const q = new URLSearchParams(params).toString();
   const r = await fetch('/api/' + path + '?' + q);
   return r.json();
 }
-let RUNS = [], hidden = {}, logy = {};
-function esc(s) { return String(s ?? '').replace(/[&<>]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;'}[c])); }
-function color(adv) {
-  const a = Math.max(-1, Math.min(1, adv || 0));
-  return a >= 0 ? `rgba(0,160,0,${0.15 + 0.5*a})` : `rgba(200,0,0,${0.15 - 0.5*a})`;
+
+function drawLegend() {
+  byId('legend').innerHTML = S.runs.map((r, i) => `<span class=run-name><span class=swatch style="background:${runColor(i)}"></span>${esc(r.name)}`
+    + (r.stages.length ? ` <small>(${r.stages.map(esc).join(' → ')})</small>` : '') + '</span>').join('');
+  byId('status').textContent = S.metrics.map((m, i) => `${S.runs[i].name}: ${m.steps} steps`).join(' | ');
 }
-async function drawCurves() {
-  const all = await Promise.all(RUNS.map((_, i) => api('metrics', {run: i})));
-  const groups = {};
-  all.forEach((m, i) => { for (const [g, ms] of Object.entries(m.groups || {}))
-    for (const [name, s] of Object.entries(ms)) ((groups[g] ??= {})[name] ??= []).push({run: i, s}); });
-  const root = document.getElementById('curves'), drawn = [];
-  for (const g of Object.keys(groups).sort()) {
-    let sec = document.getElementById('group-' + g);
-    if (!sec) {
-      sec = document.createElement('div'); sec.id = 'group-' + g;
-      sec.innerHTML = `<h3><label><input type=checkbox checked> ${esc(g)}</label></h3><div class=charts></div>`;
-      sec.querySelector('input').onchange = e => { sec.querySelector('.charts').style.display = e.target.checked ? '' : 'none'; };
-      root.appendChild(sec);
-    }
-    for (const name of Object.keys(groups[g]).sort()) {
-      const id = 'chart-' + name.replace(/[^A-Za-z0-9_-]/g, '_');
-      let div = document.getElementById(id);
-      if (!div) { div = document.createElement('div'); div.id = id; div.className = 'chart'; sec.querySelector('.charts').appendChild(div); }
-      const traces = groups[g][name].map(({run, s}) => ({x: s.x, y: s.y, name: RUNS[run].name, mode: s.x.length > 100 ? 'lines' : s.x.length > 1 ? 'lines+markers' : 'markers', type: 'scatter'}));
-      const layout = {title: {text: name, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 30}, showlegend: RUNS.length > 1,
-        yaxis: {type: logy[name] ? 'log' : 'linear'}, xaxis: {title: {text: 'step'}}};
-      drawn.push(Plotly.react(div, traces, layout, {displaylogo: false, modeBarButtonsToAdd: [{name: 'log y', icon: Plotly.Icons.zoombox,
-        click: () => { logy[name] = !logy[name]; drawCurves(); }}]}));
-    }
-  }
-  await Promise.all(drawn);
-  document.getElementById('status').textContent = all.map((m, i) => `${RUNS[i].name}: ${m.steps} steps`).join(' | ');
-}
-async function loadSteps() {
-  const sel = document.getElementById('step'), run = +document.getElementById('run').value;
-  const steps = await api('steps', {run});
-  const cur = sel.value;
-  sel.innerHTML = steps.map(s => `<option>${s}</option>`).join('');
-  if (cur !== '' && steps.includes(+cur)) sel.value = cur; else if (steps.length) sel.value = steps[steps.length - 1];
-  if (!steps.length) document.getElementById('episodes').innerHTML = '<p>no trajectory log in this run</p>';
-  return steps;
-}
-let offset = 0;
-function fillSelect(id, values, current) {
-  const sel = document.getElementById(id);
-  sel.innerHTML = '<option value="">all</option>' + values.map(v => `<option>${esc(v)}</option>`).join('');
-  sel.value = values.includes(current) ? current : '';
-}
-async function loadRollouts(more) {
-  const run = +document.getElementById('run').value, step = document.getElementById('step').value;
-  if (step === '') return;
-  if (!more) offset = 0;
-  const sort = document.getElementById('sort').value, minr = parseFloat(document.getElementById('minr').value);
-  const tag = document.getElementById('tag').value, end_reason = document.getElementById('end').value;
-  const page = await api('rollouts', {run, step, offset, limit: 20, sort, tag, end_reason});
-  fillSelect('tag', page.tags || [], tag);
-  fillSelect('end', page.end_reasons || [], end_reason);
-  const tbody = document.getElementById('episodes');
-  if (!more) tbody.innerHTML = '';
-  document.getElementById('rnotes').textContent = (page.notes || []).join('; ');
-  for (const ep of page.episodes || []) {
-    if (!isNaN(minr) && (ep.total_reward ?? 0) < minr) continue;
-    const turns = ep.turns.map(t => {
-      const toks = t.ac_tokens.map((tok, k) => `<span class=tok style="background:${color(ep.advantage)}" title="token ${tok}, logprob ${t.ac_logprobs ? t.ac_logprobs[k].toFixed(3) : 'n/a'}">${t.ac_pieces ? esc(t.ac_pieces[k]) : tok}</span>`).join(' ');
-      const act = t.action != null ? `<pre style="background:${color(ep.advantage)}">${esc(t.action)}</pre>` : '';
-      return `<div><b>turn ${t.turn}</b> reward ${t.reward}<pre>${esc(t.observation)}</pre>${act}<details><summary>tokens</summary>${toks}</details></div>`;
-    }).join('');
-    tbody.insertAdjacentHTML('beforeend', `<tr><td>${esc(ep.episode_id)}${ep.note ? '<br>' + esc(ep.note) : ''}</td><td>${ep.total_reward}</td><td>${(ep.advantage ?? 0).toFixed(3)}</td><td>${esc((ep.tags || []).join(','))}</td><td>${esc(ep.end_reason)}</td><td>${turns}</td></tr>`);
-  }
-  offset += (page.episodes || []).length;
-  document.getElementById('more').style.display = offset < page.total ? '' : 'none';
-}
-async function init() {
-  RUNS = await api('runs', {});
-  document.getElementById('run').innerHTML = RUNS.map((r, i) => `<option value=${i}>${esc(r.name)}</option>`).join('');
-  document.getElementById('config').innerHTML = RUNS.map(r => `<h3>${esc(r.name)}</h3><p class=notes>${esc(r.notes.join('; '))}</p>`
+
+function drawConfig() {
+  byId('config').innerHTML = S.runs.flatMap(r => [r, ...(r.stage_runs || [])]).map(r => `<h3>${esc(r.name)}</h3><p class=notes>${esc(r.notes.join('; '))}</p>`
     + `<details><summary>config.json</summary><pre>${esc(JSON.stringify(r.config, null, 2))}</pre></details>`
-    + `<table><tr><th>checkpoint</th><th>step</th><th>state</th><th>sampler</th></tr>` + r.checkpoints.map(c => `<tr><td>${esc(c.name)}</td><td>${c.step}</td><td>${esc(c.state_path)}</td><td>${esc(c.sampler_path)}</td></tr>`).join('') + '</table>').join('');
-  await drawCurves();
-  performance.mark('curves-drawn');  // timed by tests/benchmarks/test_bench_view_browser.py
-  // #run=NAME&step=S (a link to a run's step) picks the rollouts shown first; otherwise the
-  // last step of the first run that logged any.
+    + '<table><tr><th>checkpoint</th><th>step</th><th>state</th><th>sampler</th></tr>'
+    + r.checkpoints.map(c => `<tr><td>${esc(c.name)}</td><td>${c.step}</td><td>${esc(c.state_path)}</td><td>${esc(c.sampler_path)}</td></tr>`).join('')
+    + '</table>').join('');
+}
+
+async function readMetrics() {
+  S.metrics = await Promise.all(S.runs.map((_, i) => api('metrics', {run: i})));
+}
+
+async function init() {
+  S.runs = await api('runs', {});
+  drawConfig();
   const want = new URLSearchParams(location.hash.slice(1));
-  const named = RUNS.findIndex(r => r.name === want.get('run'));
-  if (named >= 0) document.getElementById('run').value = named;
-  else for (let i = 0; i < RUNS.length; i++)
-    if ((await api('steps', {run: i})).length) { document.getElementById('run').value = i; break; }
-  const steps = await loadSteps();
-  if (want.has('step') && steps.includes(+want.get('step'))) document.getElementById('step').value = want.get('step');
-  if (steps.length) await loadRollouts(false);
+  for (const g of (want.get('open') || '').split(',')) if (g) OPEN[g] = true;
+  // The rollouts' data is fetched while the curves are drawn, and shown after them.
+  const rolloutsReady = prepareRollouts(want);
+  await readMetrics();
+  drawLegend();
+  drawCurves();
+  await Promise.all(PENDING.splice(0));
+  performance.mark('curves-drawn');  // timed by tests/benchmarks/test_bench_view_browser.py
+  await rolloutsReady;
+  await showRollouts();
   performance.mark('rollouts-shown');
-  if (!STATIC) setInterval(async () => { await drawCurves(); await loadSteps(); }, 3000);
+  await initCompare();
+  performance.mark('page-ready');  // the layout tests (tests/view/test_browser.py) read the page after it
+  byId('smooth').oninput = () => { byId('smoothv').textContent = (+byId('smooth').value).toFixed(2); drawCurves(); };
+  byId('xaxis').onchange = () => drawCurves();
+  if (!STATIC) setInterval(async () => { await readMetrics(); drawLegend(); drawCurves(); await refreshSteps(); }, 3000);
 }
 window.addEventListener('load', init);

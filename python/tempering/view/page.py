@@ -1,5 +1,6 @@
-"""The viewer's page (``page.html``, ``page.js``): plotly.js from the installed ``plotly``
-package (no CDN) and the glue that draws the curves and the rollout table from the JSON
+"""The viewer's page (``page.html`` and its scripts: ``page.js``, the core; ``curves.js``,
+``rollouts.js``, ``compare.js``): plotly.js from the installed ``plotly`` package (no CDN) and
+the glue that draws the curves, the rollouts and the evaluation comparison from the JSON
 endpoints (served) or from embedded data (a static file)."""
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ def plotly_js() -> str:
 
 
 _HERE = Path(__file__).parent
+_SCRIPTS = ("page.js", "curves.js", "rollouts.js", "compare.js")
 
 
 def page_html(data_json: str | None) -> str:
-    """The page (``page.html`` with ``page.js`` inlined): served (``data_json`` None: it loads
+    """The page (``page.html`` with its scripts inlined): served (``data_json`` None: it loads
     ``/plotly.js`` and polls the endpoints) or static (plotly.js and ``data_json`` inlined)."""
     if data_json is None:
         head = '<script src="/plotly.js"></script><script>const DATA = null;</script>'
@@ -34,5 +36,5 @@ def page_html(data_json: str | None) -> str:
         safe = data_json.replace("</", "<\\/")
         head = f"<script>{plotly_js()}</script><script>const DATA = {safe};</script>"
     template = (_HERE / "page.html").read_text(encoding="utf-8")
-    script = "<script>" + (_HERE / "page.js").read_text(encoding="utf-8") + "</script>"
+    script = "<script>" + "\n".join((_HERE / f).read_text(encoding="utf-8") for f in _SCRIPTS) + "</script>"
     return template.replace("<!--HEAD-->", head, 1).replace('<script src="page.js"></script>', script, 1)
