@@ -78,7 +78,9 @@ def test_dpo_tiny_budget_and_init_state(tmp_path: Path) -> None:
     # A second run from the first one's SFT checkpoint: no SFT stage, the same reference.
     sft_state = json.loads((out / "sft" / "checkpoints.jsonl").read_text().splitlines()[-1])["state_path"]
     out2 = tmp_path / "from-state"
-    proc = _run(tmp_path, out2, *_TINY, "--dpo-steps", "2", "--init-state", sft_state)
+    tiny = [*_TINY]
+    tiny[tiny.index("--dpo-steps") + 1] = "2"  # a flag is given once (a repeat is refused)
+    proc = _run(tmp_path, out2, *tiny, "--init-state", sft_state)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary2 = json.loads((out2 / "summary.json").read_text())
     assert summary2["init_state"] == sft_state
