@@ -28,7 +28,13 @@ from tempering.ad.evaluate import (
     source_curve,
     write_curves,
 )
-from tempering.ad.histories import HistoryError, LearningHistories, read_histories, run_source, write_histories
+from tempering.ad.histories import (
+    HistoryError,
+    LearningHistories,
+    read_histories,
+    run_source,
+    write_histories,
+)
 from tempering.ad.model import ADModelConfig, ADTransformer, SpaceMismatchError, check_spaces
 from tempering.ad.tasks import BanditFamily, DarkRoomFamily, GuessNumberFamily
 from tempering.ad.train import ADTrainConfig, load_model, train_ad

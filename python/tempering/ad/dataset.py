@@ -68,7 +68,8 @@ def transcript(
     Example::
 
         transcript(BanditFamily(), s, a, r, 0)[:2]
-        # [{"role": "user", "content": "Episode starts. pull an arm"}, {"role": "assistant", "content": "arm 3"}]
+        # [{"role": "user", "content": "Episode starts. pull an arm"},
+        #  {"role": "assistant", "content": "arm 3"}]
     """
     h = family.horizon
     messages: list[Message] = [
@@ -183,7 +184,9 @@ class HistoryDataset(Dataset[dict[str, torch.Tensor] | SupervisedExample]):
             return self.tensors(index)
         if self.renderer is None:
             raise ValueError("HistoryDataset: the language format's items need a renderer (renderer=)")
-        return self.renderer.build_supervised_example(self.messages(index), TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+        return self.renderer.build_supervised_example(
+            self.messages(index), TrainOnWhat.ALL_ASSISTANT_MESSAGES
+        )
 
 
 def write_chat_jsonl(dataset: HistoryDataset, path: str | os.PathLike[str]) -> Path:

@@ -108,7 +108,9 @@ def source_curve(family: InContextTaskFamily, seeds: Sequence[int], n_episodes: 
     return out
 
 
-def random_curve(family: InContextTaskFamily, seeds: Sequence[int], n_episodes: int, *, seed: int = 0) -> Curve:
+def random_curve(
+    family: InContextTaskFamily, seeds: Sequence[int], n_episodes: int, *, seed: int = 0
+) -> Curve:
     """A uniformly random policy's returns on the held-out tasks (``N × E``)."""
     rng = np.random.default_rng(seed)
     out = np.zeros((len(seeds), n_episodes))

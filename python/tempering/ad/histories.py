@@ -213,10 +213,11 @@ class LearningHistories:
         return self.reward_R.astype(np.float64).reshape(self.n_tasks, n_e, self.horizon).sum(axis=2)
 
 
-def _check_part(path: Path, table: pa.Table) -> tuple[IntArray, ...]:
-    """The part's columns as arrays, after the per-row checks."""
-    ob_len = pa.compute.list_value_length(table.column("ob_tokens")).to_numpy(zero_copy_only=False)
-    ac_len = pa.compute.list_value_length(table.column("ac_tokens")).to_numpy(zero_copy_only=False)
+def _check_part(path: Path, table: pa.Table) -> tuple[list[IntArray], list[FloatArray]]:
+    """The part's columns as arrays, after the per-row checks: (group, step, turn, done, state,
+    action) and (reward, logprob)."""
+    ob_len = table.column("ob_tokens").combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
+    ac_len = table.column("ac_tokens").combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
     bad = np.flatnonzero((ob_len != 1) | (ac_len != 1))
     if len(bad):
         r = int(bad[0])
@@ -226,7 +227,7 @@ def _check_part(path: Path, table: pa.Table) -> tuple[IntArray, ...]:
         )
     lp = table.column("ac_logprobs").combine_chunks()
     logprob_R = np.zeros(table.num_rows, dtype=np.float32)
-    lp_len = pa.compute.list_value_length(lp).to_numpy(zero_copy_only=False)
+    lp_len = lp.value_lengths().to_numpy(zero_copy_only=False)
     has = np.flatnonzero(np.nan_to_num(lp_len, nan=0) == 1)
     if len(has):
         logprob_R[has] = lp.take(pa.array(has)).flatten().to_numpy()
@@ -238,7 +239,7 @@ def _check_part(path: Path, table: pa.Table) -> tuple[IntArray, ...]:
     action_R = table.column("ac_tokens").combine_chunks().flatten().to_numpy().astype(np.int64)
     reward_R = table.column("reward").to_numpy().astype(np.float32)
     done_R = table.column("episode_done").to_numpy(zero_copy_only=False).astype(np.int64)
-    return col("group"), col("step"), col("turn"), done_R, state_R, action_R, reward_R, logprob_R  # type: ignore[return-value]
+    return [col("group"), col("step"), col("turn"), done_R, state_R, action_R], [reward_R, logprob_R]
 
 
 def read_histories(path: str | os.PathLike[str]) -> LearningHistories:
@@ -254,7 +255,7 @@ def read_histories(path: str | os.PathLike[str]) -> LearningHistories:
         h.n_tasks, h.returns_NE().mean(axis=0)
     """
     parts = trajectory_parts(path)
-    arrays: list[tuple[IntArray, ...]] = []
+    arrays: list[tuple[list[IntArray], list[FloatArray]]] = []
     where: list[tuple[Path, int]] = []  # (file, row in file) of each part's first row
     for part in parts:
         table = read_trajectories(part)
@@ -262,9 +263,10 @@ def read_histories(path: str | os.PathLike[str]) -> LearningHistories:
         where.append((part, table.num_rows))
     if not arrays or sum(n for _, n in where) == 0:
         raise HistoryError(f"{path}: no rows (an empty learning history)")
-    task_R, episode_R, turn_R, done_R, state_R, action_R, reward_R, logprob_R = (
-        np.concatenate([a[k] for a in arrays]) for k in range(8)
+    task_R, episode_R, turn_R, done_R, state_R, action_R = (
+        np.concatenate([a[0][k] for a in arrays]) for k in range(6)
     )
+    reward_R, logprob_R = (np.concatenate([a[1][k] for a in arrays]) for k in range(2))
     ends = np.cumsum([n for _, n in where])
 
     def locate(r: int) -> str:
@@ -295,7 +297,13 @@ def read_histories(path: str | os.PathLike[str]) -> LearningHistories:
     if len(wrong):
         r = int(wrong[0])
         same = r > 0 and not new_task[r] and episode_R[r] == episode_R[r - 1] and turn_R[r] == turn_R[r - 1]
-        kind = "duplicated step" if same else "gap" if (episode_R[r], turn_R[r]) > (exp_ep[r], exp_turn[r]) else "step out of order"
+        kind = (
+            "duplicated step"
+            if same
+            else "gap"
+            if (episode_R[r], turn_R[r]) > (exp_ep[r], exp_turn[r])
+            else "step out of order"
+        )
         raise HistoryError(
             f"{locate(r)}: {kind} in task {int(task_R[r])}'s history: episode {int(episode_R[r])} step "
             f"{int(turn_R[r])}, expected episode {int(exp_ep[r])} step {int(exp_turn[r])}"
@@ -304,7 +312,9 @@ def read_histories(path: str | os.PathLike[str]) -> LearningHistories:
     unfinished = last[done_R[last] == 0]
     if len(unfinished):
         r = int(unfinished[0])
-        raise HistoryError(f"{locate(r)}: task {int(task_R[r])}'s last episode is not complete (no episode_done)")
+        raise HistoryError(
+            f"{locate(r)}: task {int(task_R[r])}'s last episode is not complete (no episode_done)"
+        )
     lengths = turn_R[done_R == 1] + 1
     if len(set(lengths.tolist())) != 1:
         r = int(np.flatnonzero(done_R == 1)[np.flatnonzero(lengths != lengths[0])[0]])

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import attrs
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 
 __all__ = ["ADModelConfig", "ADOutput", "ADTransformer", "SpaceMismatchError", "check_spaces"]
 
@@ -60,7 +60,9 @@ class ADModelConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"ADModelConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"ADModelConfig: d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
+            raise ValueError(
+                f"ADModelConfig: d_model {self.d_model} is not a multiple of n_heads {self.n_heads}"
+            )
 
 
 def check_spaces(config: ADModelConfig, *, n_states: int, n_actions: int, what: str) -> None:
@@ -121,7 +123,9 @@ class ADTransformer(nn.Module):
     ) -> ADOutput:
         b, t = states_BT.shape
         if t > self.config.context:
-            raise ValueError(f"ADTransformer: {t} transitions, more than the context of {self.config.context}")
+            raise ValueError(
+                f"ADTransformer: {t} transitions, more than the context of {self.config.context}"
+            )
         s_BTD = self.state_emb(states_BT)
         a_BTD = self.action_emb(actions_BT) + self.logprob_proj(logprobs_BT.unsqueeze(-1))
         r_BTD = self.reward_proj(rewards_BT.unsqueeze(-1))
@@ -146,14 +150,14 @@ class ADTransformer(nn.Module):
         rewards, logprobs = batch["rewards"], batch["logprobs"]
         out = self(states, actions, rewards, logprobs)
         n_a, n_s = self.config.n_actions, self.config.n_states
-        action = F.cross_entropy(out.action_logits_BTA.reshape(-1, n_a), actions.reshape(-1))
+        action = functional.cross_entropy(out.action_logits_BTA.reshape(-1, n_a), actions.reshape(-1))
         state = (
-            F.cross_entropy(out.state_logits_BTS[:, :-1].reshape(-1, n_s), states[:, 1:].reshape(-1))
+            functional.cross_entropy(out.state_logits_BTS[:, :-1].reshape(-1, n_s), states[:, 1:].reshape(-1))
             if states.shape[1] > 1
             else out.state_logits_BTS.sum() * 0.0
         )
-        reward = F.mse_loss(out.reward_BT, rewards)
-        logprob = F.mse_loss(out.logprob_BT, logprobs)
+        reward = functional.mse_loss(out.reward_BT, rewards)
+        logprob = functional.mse_loss(out.logprob_BT, logprobs)
         loss = action + 0.1 * (state + reward + logprob)
         accuracy = (out.action_logits_BTA.argmax(-1) == actions).float().mean()
         return {

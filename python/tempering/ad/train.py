@@ -21,7 +21,7 @@ import attrs
 import torch
 
 from tempering.ad.dataset import HistoryDataset, WindowTooLongError
-from tempering.ad.model import ADModelConfig, ADTransformer, check_spaces
+from tempering.ad.model import ADModelConfig, ADTransformer, SpaceMismatchError, check_spaces
 from tempering.local.model import resolve_placement
 from tempering.training import CheckpointRecord, IfExists, RunDir
 
@@ -65,7 +65,9 @@ def _lr(config: ADTrainConfig, step: int) -> float:
     return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _batch(dataset: HistoryDataset, config: ADTrainConfig, step: int, device: torch.device) -> dict[str, torch.Tensor]:
+def _batch(
+    dataset: HistoryDataset, config: ADTrainConfig, step: int, device: torch.device
+) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
     index = torch.randint(len(dataset), (config.batch_size,), generator=gen).tolist()
     items = [dataset.tensors(i) for i in index]
@@ -104,11 +106,13 @@ def train_ad(
     """
     check_spaces(config.model, n_states=n_states, n_actions=n_actions, what=dataset.histories.source)
     h = dataset.histories
-    if int(h.state_R.max()) >= n_states or int(h.action_R.max()) >= n_actions:
-        check_spaces(
-            config.model, n_states=int(h.state_R.max()) + 1, n_actions=int(h.action_R.max()) + 1,
-            what=f"{h.source} (its largest state and action)",
-        )  # fmt: skip
+    top_state, top_action = int(h.state_R.max()), int(h.action_R.max())
+    if top_state >= config.model.n_states or top_action >= config.model.n_actions:
+        raise SpaceMismatchError(
+            f"{h.source}: state {top_state} and action {top_action} in the history (its largest), but "
+            f"the model's heads have {config.model.n_states} states and {config.model.n_actions} "
+            "actions; the task family does not describe this history"
+        )
     if dataset.window > config.model.context:
         raise WindowTooLongError(
             f"{h.source}: windows of {dataset.window} transitions, longer than the model's context of "
@@ -118,7 +122,9 @@ def train_ad(
     torch.manual_seed(config.seed)
     model = ADTransformer(config.model).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    run, resumed = RunDir.open(config.log_dir, config, config.if_exists, ignore_on_resume=frozenset({"device"}))
+    run, resumed = RunDir.open(
+        config.log_dir, config, config.if_exists, ignore_on_resume=frozenset({"device"})
+    )
     start = 0
     last = run.last_checkpoint() if resumed else None
     if last is not None:
@@ -145,7 +151,10 @@ def train_ad(
         line |= {"train/grad_norm": float(norm), "time/elapsed": time.monotonic() - t0}
         run.append_metrics(line)
         if progress and (step % 100 == 0 or step == config.steps - 1):
-            print(f"  step {step}/{config.steps} loss {line['train/loss']:.4f} acc {line['train/action_accuracy']:.3f}")
+            print(
+                f"  step {step}/{config.steps} loss {line['train/loss']:.4f} "
+                f"acc {line['train/action_accuracy']:.3f}"
+            )
         done = step + 1
         if done % config.save_every == 0 and done < config.steps:
             _save(run, model, opt, done, final=False)
