@@ -145,8 +145,6 @@ class HistoryDataset(Dataset[dict[str, torch.Tensor] | SupervisedExample]):
                     f"of task {n} are shorter than a window of {window}"
                 )
             starts.extend(range(first, hi - window + 1, stride))
-            if (hi - window - first) % stride:
-                starts.append(hi - window)  # the window that ends at the history's end
         self.starts_W = np.asarray(starts, dtype=np.int64)
 
     def __len__(self) -> int:

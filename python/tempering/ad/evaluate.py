@@ -29,12 +29,20 @@ from tempering.ad.tasks import BanditTask
 from tempering.training import RunDir
 from tempering_protocols import InContextTask, InContextTaskFamily
 
-__all__ = ["cumulative_regret", "evaluate_in_context", "random_curve", "source_curve", "write_curves"]
+__all__ = [
+    "Curve",
+    "cumulative_regret",
+    "evaluate_in_context",
+    "random_curve",
+    "source_curve",
+    "task_value",
+    "write_curves",
+]
 
 Curve = npt.NDArray[np.float64]
 
 
-def _value(task: InContextTask, action: int, reward: float) -> float:
+def task_value(task: InContextTask, action: int, reward: float) -> float:
     """What an action earned: a bandit's expected reward (pseudo-regret, less noisy), else the reward."""
     return task.expected_reward(action) if isinstance(task, BanditTask) else reward
 
@@ -89,7 +97,7 @@ def evaluate_in_context(
                 action = int(act_N[k])
                 s2, r = task.step(action)
                 rewards_NT[k, i] = r
-                returns_NE[k, e] += _value(task, action, r)
+                returns_NE[k, e] += task_value(task, action, r)
                 next_states.append(s2)
             i += 1
             if i < total:
@@ -103,7 +111,7 @@ def source_curve(family: InContextTaskFamily, seeds: Sequence[int], n_episodes: 
     for k, s in enumerate(seeds):
         run = run_source(family, s, n_episodes, held_out=True)
         task = family.task(s, True)
-        values = [_value(task, int(a), float(r)) for a, r in zip(run.action_R, run.reward_R, strict=True)]
+        values = [task_value(task, int(a), float(r)) for a, r in zip(run.action_R, run.reward_R, strict=True)]
         out[k] = np.bincount(run.episode_R, weights=values, minlength=n_episodes)
     return out
 
@@ -121,7 +129,7 @@ def random_curve(
             for _ in range(family.horizon):
                 a = int(rng.integers(family.n_actions))
                 _, r = task.step(a)
-                out[k, e] += _value(task, a, r)
+                out[k, e] += task_value(task, a, r)
     return out
 
 

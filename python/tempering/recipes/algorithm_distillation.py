@@ -10,11 +10,14 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
    (ED) on windows inside each task's last ``--final-episodes`` episodes only.
 3. Models (``--format rl``): the RL-format transformer, trained into ``<out>/ad-model`` and
    ``<out>/ed-model`` (run directories; ``tempering view <out>`` shows their losses).
-   ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``,
-   for ``tempering sft`` (the page says how).
-4. In-context evaluation (``--format rl``): ``--eval-tasks`` held-out tasks, ``--eval-episodes``
+   ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``
+   (``{"messages": [...]}`` rows, ``tempering sft``'s input), and ``--base-model`` fine-tuned on
+   them (``--sft-*``, every assistant message trained) into ``<out>/lm-model``.
+4. In-context evaluation: ``--eval-tasks`` held-out tasks, ``--eval-episodes``
    episodes, weights frozen, the context carried across episodes; AD, ED, the source learner's
-   own curve and a random policy. ``<out>/in-context`` holds the curves (``return/<name>``
+   own curve and a random policy (the language model ``lm``, sampled, in place of AD and ED
+   with ``--format language``; ``lm_invalid_actions`` counts replies that named no action).
+   ``<out>/in-context`` holds the curves (``return/<name>``
    against the episode), which ``tempering view <out>`` draws.
 
 ``summary.json`` figures, per curve ``c`` in ``ad ed source random``: ``c_first_return`` (the
@@ -44,6 +47,7 @@ from tempering.ad import (
     DarkRoomFamily,
     GuessNumberFamily,
     HistoryDataset,
+    LearningHistories,
     cumulative_regret,
     evaluate_in_context,
     random_curve,
@@ -54,9 +58,11 @@ from tempering.ad import (
     write_curves,
     write_histories,
 )
-from tempering.recipes._common import RecipeConfig, RecipeResult
-from tempering.recipes.stages import RecipeSession
-from tempering_protocols import InContextTaskFamily
+from tempering.ad.evaluate import Curve
+from tempering.ad.language import evaluate_language_in_context
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
+from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
+from tempering_protocols import InContextTaskFamily, TrainOnWhat
 
 __all__ = ["AlgorithmDistillationRecipe", "TaskName"]
 
@@ -64,7 +70,7 @@ TaskName = Literal["bandit", "darkroom", "guess-number"]
 
 _PRESETS: dict[str, dict[str, int]] = {
     # histories, windows, evaluation per task (the defaults of the flags left at None)
-    "bandit": {"n_tasks": 200, "n_episodes": 200, "window": 100, "stride": 10, "final_episodes": 100,
+    "bandit": {"n_tasks": 1000, "n_episodes": 200, "window": 100, "stride": 200, "final_episodes": 100,
                "eval_tasks": 30, "eval_episodes": 100},
     "darkroom": {"n_tasks": 65, "n_episodes": 40, "window": 80, "stride": 20, "final_episodes": 4,
                  "eval_tasks": 16, "eval_episodes": 20},
@@ -124,11 +130,17 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Leave the expert distillation baseline out."""
     device: str | None = None
     """``cpu`` or ``cuda``; default: the local engine's choice."""
+    sft_steps: int = 100
+    """Language format: SFT steps of ``--base-model`` on the transcripts."""
+    sft_batch_size: int = 8
+    """Language format: transcripts per SFT step."""
+    sft_learning_rate: float = 2e-3
+    """Language format: the SFT learning rate (full fine-tuning of the tiny model: 2e-3)."""
 
     NAME: ClassVar[str] = "algorithm-distillation"
     POSITIVE: ClassVar[str] = (
         "n_tasks n_episodes window stride final_episodes eval_tasks eval_episodes steps batch_size "
-        "d_model n_layers"
+        "d_model n_layers sft_steps sft_batch_size"
     )
 
     def sizes(self) -> dict[str, int]:
@@ -136,10 +148,10 @@ class AlgorithmDistillationRecipe(RecipeConfig):
         return {k: v if (v := getattr(self, k)) is not None else d for k, d in _PRESETS[self.task].items()}
 
     async def run(self, s: RecipeSession) -> RecipeResult:
-        return _run(self, s)
+        return await _run(self, s)
 
 
-def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
+async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
     family = family_of(config.task)
     z = config.sizes()
     window = z["window"]
@@ -156,13 +168,9 @@ def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
     figures: dict[str, float] = {"source_train_last_return": float(histories.returns_NE()[:, -1].mean())}
     extra: dict[str, Any] = {"task": config.task, "format": config.format, "sizes": z}
     ad_data = HistoryDataset(histories, window=window, stride=z["stride"])
+    seeds = [config.seed * 1000 + i for i in range(z["eval_tasks"])]
     if config.format == "language":
-        lang = HistoryDataset(histories, window=window, stride=z["stride"], fmt="language", family=family)
-        path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
-        s.say(f"language format: {len(lang)} transcripts -> {path} (train with tempering sft)")
-        extra["language_data"] = str(path)
-        figures["windows"] = float(len(lang))
-        return s.finish(figures, extra)
+        return await _language(config, s, family, histories, seeds, figures, extra)
 
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
@@ -173,8 +181,7 @@ def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
         datasets["ed"] = HistoryDataset(
             histories, window=window, stride=z["stride"], episodes="final", final_episodes=z["final_episodes"]
         )
-    seeds = [config.seed * 1000 + i for i in range(z["eval_tasks"])]
-    curves: dict[str, np.ndarray] = {}
+    curves: dict[str, Curve] = {}
     for name, data in datasets.items():
         s.say(
             f"{name} model: {len(data)} windows of {window}, {config.steps} steps "
@@ -195,6 +202,18 @@ def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
     curves["random"] = random_curve(family, seeds, z["eval_episodes"], seed=config.seed)
     optimal = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
     figures["optimal_return"] = optimal
+    return _finish(config, s, family, seeds, curves, figures, extra)
+
+
+def _finish(
+    config: AlgorithmDistillationRecipe,
+    s: RecipeSession,
+    family: InContextTaskFamily,
+    seeds: list[int],
+    curves: dict[str, Curve],
+    figures: dict[str, float],
+    extra: dict[str, Any],
+) -> RecipeResult:
     for name, c in curves.items():
         figures[f"{name}_first_return"] = float(c[:, 0].mean())
         figures[f"{name}_last_return"] = float(c[:, -1].mean())
@@ -205,3 +224,42 @@ def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
     )
     extra["curves"] = str(curve_dir)
     return s.finish(figures, extra)
+
+
+async def _language(
+    config: AlgorithmDistillationRecipe,
+    s: RecipeSession,
+    family: InContextTaskFamily,
+    histories: LearningHistories,
+    seeds: list[int],
+    figures: dict[str, float],
+    extra: dict[str, Any],
+) -> RecipeResult:
+    """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
+    then the same in-context evaluation by sampling."""
+    z = config.sizes()
+    lang = HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
+    path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
+    extra["language_data"] = str(path)
+    figures["lm_windows"] = float(len(lang))
+    s.say(
+        f"language model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
+        f"{config.sft_steps} steps"
+    )
+    stage = SFTStage(
+        config.sft_steps, config.sft_batch_size, config.sft_learning_rate,
+        train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
+    )  # fmt: skip
+    sft = await sft_stage(s, "lm-model", stage, model=fresh_model(config), train_path=path, seed=config.seed)
+    sampler = await s.sampler(sft.final.sampler_path)
+    lm, invalid = await evaluate_language_in_context(
+        sampler, config.renderer(), family, seeds, z["eval_episodes"], window=z["window"], seed=config.seed
+    )
+    figures["lm_invalid_actions"] = float(invalid)
+    curves = {
+        "lm": lm,
+        "source": source_curve(family, seeds, z["eval_episodes"]),
+        "random": random_curve(family, seeds, z["eval_episodes"], seed=config.seed),
+    }
+    figures["optimal_return"] = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
+    return _finish(config, s, family, seeds, curves, figures, extra)
