@@ -203,3 +203,17 @@ def test_in_context_evaluation_and_baselines() -> None:
     assert ((returns >= 0) & (returns <= 1)).all()
     with pytest.raises(SpaceMismatchError, match="darkroom: 81 states"):
         evaluate_in_context(model, DarkRoomFamily(), seeds, 2)
+
+
+@pytest.mark.parametrize("feed", [False, True])
+def test_logprobs_reach_the_model_only_when_fed(feed: bool) -> None:
+    from tempering.ad import ADTransformer
+
+    torch.manual_seed(0)
+    model = ADTransformer(ADModelConfig(n_states=3, n_actions=4, context=8, d_model=16, feed_logprobs=feed))
+    s, a, r = torch.randint(3, (2, 8)), torch.randint(4, (2, 8)), torch.rand(2, 8)
+    with torch.no_grad():
+        one = model(s, a, r, torch.zeros(2, 8)).action_logits_BTA
+        two = model(s, a, r, -torch.ones(2, 8)).action_logits_BTA
+    assert torch.equal(one[:, 0], two[:, 0])  # the first state token sees no logprob
+    assert torch.equal(one, two) != feed

@@ -2,8 +2,8 @@
 reward) embeddings, with separate heads.
 
 Each transition ``t`` is three tokens, in order: ``s_t`` (the state's embedding), ``a_t``
-(the action's embedding plus a projection of its log-probability ``l_t``), ``r_t`` (a
-projection of the reward). The heads read the final hidden state of:
+(the action's embedding, plus a projection of its log-probability ``l_t`` with
+``feed_logprobs``), ``r_t`` (a projection of the reward). The heads read the final hidden state of:
 
 ==============  ===========  ===============================================================
 head            reads token  predicts
@@ -54,6 +54,11 @@ class ADModelConfig:
     n_layers: int = 2
     n_heads: int = 4
     dropout: float = 0.0
+    feed_logprobs: bool = False
+    """Add the projection of ``l_t`` to the action token. Off by default: when the model acts,
+    ``l_t`` is its own confidence, and a model that reads "the learner was sure" as "pull the
+    same arm again" confirms itself into repeating its first choice (measured on bandits:
+    docs/recipes/algorithm-distillation.md). The logprob head is trained either way."""
 
     def __attrs_post_init__(self) -> None:
         for name in ("n_states", "n_actions", "context", "d_model", "n_layers", "n_heads"):
@@ -127,7 +132,9 @@ class ADTransformer(nn.Module):
                 f"ADTransformer: {t} transitions, more than the context of {self.config.context}"
             )
         s_BTD = self.state_emb(states_BT)
-        a_BTD = self.action_emb(actions_BT) + self.logprob_proj(logprobs_BT.unsqueeze(-1))
+        a_BTD = self.action_emb(actions_BT)
+        if self.config.feed_logprobs:
+            a_BTD = a_BTD + self.logprob_proj(logprobs_BT.unsqueeze(-1))
         r_BTD = self.reward_proj(rewards_BT.unsqueeze(-1))
         x_BT3D = torch.stack([s_BTD, a_BTD, r_BTD], dim=2) + self.kind_emb.weight
         x_BXD = x_BT3D.reshape(b, 3 * t, -1)  # s_0 a_0 r_0 s_1 …

@@ -126,6 +126,8 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Transformer width."""
     n_layers: int = 2
     """Transformer layers."""
+    feed_logprobs: bool = False
+    """Feed the acting learner's log-probabilities to the model (``ADModelConfig.feed_logprobs``)."""
     skip_ed: bool = False
     """Leave the expert distillation baseline out."""
     device: str | None = None
@@ -174,7 +176,7 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
 
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
-        d_model=config.d_model, n_layers=config.n_layers,
+        d_model=config.d_model, n_layers=config.n_layers, feed_logprobs=config.feed_logprobs,
     )  # fmt: skip
     datasets = {"ad": ad_data}
     if not config.skip_ed:
