@@ -189,7 +189,7 @@ class HistoryDataset(Dataset[dict[str, torch.Tensor] | SupervisedExample]):
 
 def write_chat_jsonl(dataset: HistoryDataset, path: str | os.PathLike[str]) -> Path:
     """Every window of ``dataset`` as a ``{"messages": [...]}`` row (``tempering sft``'s input,
-    trained with ``--train-on-what all_assistant_messages``); returns the path.
+    trained with ``--data.train-on-what ALL_ASSISTANT_MESSAGES``); returns the path.
 
     Example::
 
