@@ -71,11 +71,11 @@ TaskName = Literal["bandit", "darkroom", "guess-number"]
 _PRESETS: dict[str, dict[str, int]] = {
     # histories, windows, evaluation per task (the defaults of the flags left at None)
     "bandit": {"n_tasks": 1000, "n_episodes": 200, "window": 100, "stride": 200, "final_episodes": 100,
-               "eval_tasks": 30, "eval_episodes": 100},
+               "eval_tasks": 30, "eval_episodes": 100, "steps": 2000},
     "darkroom": {"n_tasks": 65, "n_episodes": 40, "window": 80, "stride": 20, "final_episodes": 4,
-                 "eval_tasks": 16, "eval_episodes": 20},
+                 "eval_tasks": 16, "eval_episodes": 20, "steps": 1000},
     "guess-number": {"n_tasks": 32, "n_episodes": 8, "window": 24, "stride": 6, "final_episodes": 4,
-                     "eval_tasks": 8, "eval_episodes": 8},
+                     "eval_tasks": 8, "eval_episodes": 8, "steps": 400},
 }  # fmt: skip
 
 
@@ -116,8 +116,8 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Held-out tasks evaluated."""
     eval_episodes: int | None = None
     """Episodes per held-out task in context."""
-    steps: int = 400
-    """Optimizer steps of each model."""
+    steps: int | None = None
+    """Optimizer steps of each model (default: the task's preset)."""
     batch_size: int = 16
     """Windows per step."""
     learning_rate: float = 1e-3
@@ -186,14 +186,14 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     curves: dict[str, Curve] = {}
     for name, data in datasets.items():
         s.say(
-            f"{name} model: {len(data)} windows of {window}, {config.steps} steps "
+            f"{name} model: {len(data)} windows of {window}, {z['steps']} steps "
             f"-> {s.run_dir / (name + '-model')}"
         )
         train = ADTrainConfig(
-            log_dir=str(s.run_dir / f"{name}-model"), model=model_config, steps=config.steps,
+            log_dir=str(s.run_dir / f"{name}-model"), model=model_config, steps=z["steps"],
             batch_size=config.batch_size, learning_rate=config.learning_rate, seed=config.seed,
             device=config.device, if_exists="overwrite", data=f"{hist_dir} ({name})",
-            save_every=max(1, config.steps // 4),
+            save_every=max(1, z["steps"] // 4),
         )  # fmt: skip
         model = train_ad(
             train, data, n_states=family.n_states, n_actions=family.n_actions, progress=s.progress
