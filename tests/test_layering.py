@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
         "envs and trainers",
         frozenset(
             {
+                "tempering.ad",
                 "tempering.envs",
                 "tempering.evals",
                 "tempering.rl",

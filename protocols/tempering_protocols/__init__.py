@@ -6,6 +6,7 @@ with the conformance kit in ``tempering_protocols.testing``.
 
 from tempering_protocols.backend import CustomLossFn, Future, SamplingClient, TrainingClient
 from tempering_protocols.evaluators import SamplingClientEvaluator, TrainingClientEvaluator
+from tempering_protocols.incontext import InContextTask, InContextTaskFamily, SourceLearner
 from tempering_protocols.policies import MessageCompleter, TokenCompleter
 from tempering_protocols.rendering import Renderer, Tokenizer, decode_text
 from tempering_protocols.rl import (
@@ -60,6 +61,8 @@ __all__ = [
     "EnvGroupBuilder",
     "FloatArray",
     "Future",
+    "InContextTask",
+    "InContextTaskFamily",
     "LabeledComparison",
     "Logprobs",
     "Message",
@@ -74,6 +77,7 @@ __all__ = [
     "Sandbox",
     "SandboxResult",
     "SandboxStatus",
+    "SourceLearner",
     "StepResult",
     "StopCondition",
     "StopReason",

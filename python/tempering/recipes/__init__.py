@@ -50,6 +50,10 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.trajectory_sft:TrajectorySFTRecipe",
         "logged RL trajectories back into SFT data (rejection sampling / learning histories)",
     ),
+    "algorithm-distillation": (
+        "tempering.recipes.algorithm_distillation:AlgorithmDistillationRecipe",
+        "learning histories (bandits, Dark Room) -> a transformer that learns in context, held-out tasks",
+    ),
     "tool-use": (
         "tempering.recipes.tool_use:ToolUseRecipe",
         "multi-turn RL with tools: a calculator and BM25 search over a shipped corpus",

@@ -1,0 +1,267 @@
+"""``tempering recipe algorithm-distillation``: source learner → learning histories → model →
+in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task``.
+
+1. Histories: the task's source learner (bandit: Thompson sampling; Dark Room: tabular
+   Q-learning; guess-number: a scripted binary search that remembers) runs ``--n-tasks``
+   training tasks for ``--n-episodes`` episodes each, logged in the trajectory log format into
+   ``<out>/histories`` (:mod:`tempering.ad.histories`).
+2. Data: cross-episode windows of ``--window`` transitions (:class:`~tempering.ad.HistoryDataset`);
+   algorithm distillation (AD) trains on windows from the whole history, expert distillation
+   (ED) on windows inside each task's last ``--final-episodes`` episodes only.
+3. Models (``--format rl``): the RL-format transformer, trained into ``<out>/ad-model`` and
+   ``<out>/ed-model`` (run directories; ``tempering view <out>`` shows their losses).
+   ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``
+   (``{"messages": [...]}`` rows, ``tempering sft``'s input), and ``--base-model`` fine-tuned on
+   them (``--sft-*``, every assistant message trained) into ``<out>/lm-model``.
+4. In-context evaluation: ``--eval-tasks`` held-out tasks, ``--eval-episodes``
+   episodes, weights frozen, the context carried across episodes; AD, ED, the source learner's
+   own curve and a random policy (the language model ``lm``, sampled, in place of AD and ED
+   with ``--format language``; ``lm_invalid_actions`` counts replies that named no action).
+   ``<out>/in-context`` holds the curves (``return/<name>``
+   against the episode), which ``tempering view <out>`` draws.
+
+``summary.json`` figures, per curve ``c`` in ``ad ed source random``: ``c_first_return`` (the
+mean return of episode 0), ``c_last_return`` (of the last episode), ``c_regret`` (the mean
+summed shortfall from the best return over all episodes: the bandit's cumulative regret).
+
+Shapes: ``N`` tasks, ``E`` episodes, ``T`` transitions in a window.
+
+Example::
+
+    tempering recipe algorithm-distillation --task bandit --out runs/ad-bandit
+    result = asyncio.run(AlgorithmDistillationRecipe(task="darkroom", steps=20, out="/tmp/ad")())
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Literal
+
+import attrs
+import numpy as np
+
+from tempering.ad import (
+    ADModelConfig,
+    ADTrainConfig,
+    BanditFamily,
+    DarkRoomFamily,
+    GuessNumberFamily,
+    HistoryDataset,
+    LearningHistories,
+    cumulative_regret,
+    evaluate_in_context,
+    random_curve,
+    read_histories,
+    source_curve,
+    train_ad,
+    write_chat_jsonl,
+    write_curves,
+    write_histories,
+)
+from tempering.ad.evaluate import Curve
+from tempering.ad.language import evaluate_language_in_context
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
+from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
+from tempering_protocols import InContextTaskFamily, TrainOnWhat
+
+__all__ = ["AlgorithmDistillationRecipe", "TaskName"]
+
+TaskName = Literal["bandit", "darkroom", "guess-number"]
+
+_PRESETS: dict[str, dict[str, int]] = {
+    # histories, windows, evaluation per task (the defaults of the flags left at None)
+    "bandit": {"n_tasks": 1000, "n_episodes": 200, "window": 100, "stride": 200, "final_episodes": 100,
+               "eval_tasks": 30, "eval_episodes": 100, "steps": 2000},
+    "darkroom": {"n_tasks": 65, "n_episodes": 40, "window": 80, "stride": 20, "final_episodes": 4,
+                 "eval_tasks": 16, "eval_episodes": 20, "steps": 1000},
+    "guess-number": {"n_tasks": 32, "n_episodes": 8, "window": 24, "stride": 6, "final_episodes": 4,
+                     "eval_tasks": 8, "eval_episodes": 8, "steps": 400},
+}  # fmt: skip
+
+
+def family_of(task: TaskName) -> InContextTaskFamily:
+    """The built-in family of a task name."""
+    if task == "bandit":
+        return BanditFamily()
+    if task == "darkroom":
+        return DarkRoomFamily()
+    return GuessNumberFamily()
+
+
+@attrs.frozen(kw_only=True)
+class AlgorithmDistillationRecipe(RecipeConfig):
+    """Source → histories → AD and ED models → in-context evaluation; see the module docstring.
+
+    Example::
+
+        result = await AlgorithmDistillationRecipe(task="bandit", out="runs/ad")()
+        result.figures["ad_regret"], result.figures["source_regret"]
+    """
+
+    task: TaskName = "bandit"
+    """The task (and its source learner)."""
+    format: Literal["rl", "language"] = "rl"
+    """``rl``: the RL-format model, trained and evaluated here; ``language``: the chat transcripts."""
+    n_tasks: int | None = None
+    """Training tasks whose histories are logged (default: the task's preset)."""
+    n_episodes: int | None = None
+    """Source episodes per training task."""
+    window: int | None = None
+    """Transitions per window (the model's context)."""
+    stride: int | None = None
+    """Transitions between window starts."""
+    final_episodes: int | None = None
+    """Expert distillation: windows inside each task's last this many episodes."""
+    eval_tasks: int | None = None
+    """Held-out tasks evaluated."""
+    eval_episodes: int | None = None
+    """Episodes per held-out task in context."""
+    steps: int | None = None
+    """Optimizer steps of each model (default: the task's preset)."""
+    batch_size: int = 16
+    """Windows per step."""
+    learning_rate: float = 1e-3
+    """Peak learning rate (AdamW, warmup then cosine)."""
+    d_model: int = 64
+    """Transformer width."""
+    n_layers: int = 2
+    """Transformer layers."""
+    feed_logprobs: bool = False
+    """Feed the acting learner's log-probabilities to the model (``ADModelConfig.feed_logprobs``)."""
+    skip_ed: bool = False
+    """Leave the expert distillation baseline out."""
+    device: str | None = None
+    """``cpu`` or ``cuda``; default: the local engine's choice."""
+    sft_steps: int = 100
+    """Language format: SFT steps of ``--base-model`` on the transcripts."""
+    sft_batch_size: int = 8
+    """Language format: transcripts per SFT step."""
+    sft_learning_rate: float = 2e-3
+    """Language format: the SFT learning rate (full fine-tuning of the tiny model: 2e-3)."""
+
+    NAME: ClassVar[str] = "algorithm-distillation"
+    POSITIVE: ClassVar[str] = (
+        "n_tasks n_episodes window stride final_episodes eval_tasks eval_episodes steps batch_size "
+        "d_model n_layers sft_steps sft_batch_size"
+    )
+
+    def sizes(self) -> dict[str, int]:
+        """The history, window and evaluation sizes: the flags, else the task's preset."""
+        return {k: v if (v := getattr(self, k)) is not None else d for k, d in _PRESETS[self.task].items()}
+
+    async def run(self, s: RecipeSession) -> RecipeResult:
+        return await _run(self, s)
+
+
+async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
+    family = family_of(config.task)
+    z = config.sizes()
+    window = z["window"]
+    if window > z["n_episodes"] * family.horizon:
+        raise ValueError(
+            f"AlgorithmDistillationRecipe: --window {window} is longer than a task's history "
+            f"({z['n_episodes']} episodes of {family.horizon} steps); raise --n-episodes or lower --window"
+        )
+    s.say(f"{config.task}: source histories, {z['n_tasks']} tasks x {z['n_episodes']} episodes")
+    hist_dir = write_histories(
+        family, s.run_dir / "histories", n_tasks=z["n_tasks"], n_episodes=z["n_episodes"], seed=config.seed
+    )
+    histories = read_histories(hist_dir)
+    figures: dict[str, float] = {"source_train_last_return": float(histories.returns_NE()[:, -1].mean())}
+    extra: dict[str, Any] = {"task": config.task, "format": config.format, "sizes": z}
+    ad_data = HistoryDataset(histories, window=window, stride=z["stride"])
+    seeds = [config.seed * 1000 + i for i in range(z["eval_tasks"])]
+    if config.format == "language":
+        return await _language(config, s, family, histories, seeds, figures, extra)
+
+    model_config = ADModelConfig(
+        n_states=family.n_states, n_actions=family.n_actions, context=window,
+        d_model=config.d_model, n_layers=config.n_layers, feed_logprobs=config.feed_logprobs,
+    )  # fmt: skip
+    datasets = {"ad": ad_data}
+    if not config.skip_ed:
+        datasets["ed"] = HistoryDataset(
+            histories, window=window, stride=z["stride"], episodes="final", final_episodes=z["final_episodes"]
+        )
+    curves: dict[str, Curve] = {}
+    for name, data in datasets.items():
+        s.say(
+            f"{name} model: {len(data)} windows of {window}, {z['steps']} steps "
+            f"-> {s.run_dir / (name + '-model')}"
+        )
+        train = ADTrainConfig(
+            log_dir=str(s.run_dir / f"{name}-model"), model=model_config, steps=z["steps"],
+            batch_size=config.batch_size, learning_rate=config.learning_rate, seed=config.seed,
+            device=config.device, if_exists="overwrite", data=f"{hist_dir} ({name})",
+            save_every=max(1, z["steps"] // 4),
+        )  # fmt: skip
+        model = train_ad(
+            train, data, n_states=family.n_states, n_actions=family.n_actions, progress=s.progress
+        )
+        curves[name] = evaluate_in_context(model, family, seeds, z["eval_episodes"], seed=config.seed)
+        figures[f"{name}_windows"] = float(len(data))
+    curves["source"] = source_curve(family, seeds, z["eval_episodes"])
+    curves["random"] = random_curve(family, seeds, z["eval_episodes"], seed=config.seed)
+    optimal = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
+    figures["optimal_return"] = optimal
+    return _finish(config, s, family, seeds, curves, figures, extra)
+
+
+def _finish(
+    config: AlgorithmDistillationRecipe,
+    s: RecipeSession,
+    family: InContextTaskFamily,
+    seeds: list[int],
+    curves: dict[str, Curve],
+    figures: dict[str, float],
+    extra: dict[str, Any],
+) -> RecipeResult:
+    for name, c in curves.items():
+        figures[f"{name}_first_return"] = float(c[:, 0].mean())
+        figures[f"{name}_last_return"] = float(c[:, -1].mean())
+        figures[f"{name}_regret"] = float(cumulative_regret(family, seeds, c).mean())
+    curve_dir = write_curves(s.run_dir / "in-context", curves, config)
+    (s.run_dir / "in-context" / "curves.json").write_text(
+        json.dumps({k: v.mean(axis=0).tolist() for k, v in curves.items()}) + "\n"
+    )
+    extra["curves"] = str(curve_dir)
+    return s.finish(figures, extra)
+
+
+async def _language(
+    config: AlgorithmDistillationRecipe,
+    s: RecipeSession,
+    family: InContextTaskFamily,
+    histories: LearningHistories,
+    seeds: list[int],
+    figures: dict[str, float],
+    extra: dict[str, Any],
+) -> RecipeResult:
+    """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
+    then the same in-context evaluation by sampling."""
+    z = config.sizes()
+    lang = HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
+    path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
+    extra["language_data"] = str(path)
+    figures["lm_windows"] = float(len(lang))
+    s.say(
+        f"language model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
+        f"{config.sft_steps} steps"
+    )
+    stage = SFTStage(
+        config.sft_steps, config.sft_batch_size, config.sft_learning_rate,
+        train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
+    )  # fmt: skip
+    sft = await sft_stage(s, "lm-model", stage, model=fresh_model(config), train_path=path, seed=config.seed)
+    sampler = await s.sampler(sft.final.sampler_path)
+    lm, invalid = await evaluate_language_in_context(
+        sampler, config.renderer(), family, seeds, z["eval_episodes"], window=z["window"], seed=config.seed
+    )
+    figures["lm_invalid_actions"] = float(invalid)
+    curves = {
+        "lm": lm,
+        "source": source_curve(family, seeds, z["eval_episodes"]),
+        "random": random_curve(family, seeds, z["eval_episodes"], seed=config.seed),
+    }
+    figures["optimal_return"] = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
+    return _finish(config, s, family, seeds, curves, figures, extra)

@@ -1,0 +1,59 @@
+"""``tempering recipe algorithm-distillation`` at a tiny budget, in a subprocess, in both formats:
+the histories, the models' run directories, the in-context curves and the summary. The
+full-budget figures are in docs/recipes/algorithm-distillation.md, not asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tempering.ad import read_histories
+from tempering.training import RunDir
+
+
+def test_recipe_tiny_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "darkroom",
+         "--n-tasks", "4", "--n-episodes", "6", "--window", "40", "--final-episodes", "2",
+         "--eval-tasks", "3",
+         "--eval-episodes", "3", "--steps", "4", "--batch-size", "4", "--d-model", "16", "--n-layers", "1",
+         "--device", "cpu", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for name in ("ad", "ed", "source", "random"):
+        assert f"{name}_regret" in summary
+        assert f"{name}_last_return" in summary
+    curves = RunDir(out / "in-context").read_metrics()
+    assert [c["step"] for c in curves] == [0, 1, 2]
+    assert {"return/ad", "return/ed", "return/source", "return/random"} <= set(curves[0])
+    assert len(RunDir(out / "ad-model").read_metrics()) == 4
+    assert read_histories(out / "histories").n_tasks == 4
+
+
+def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "guess-number",
+         "--format", "language", "--n-tasks", "4", "--sft-steps", "3", "--eval-tasks", "2",
+         "--eval-episodes", "2", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    rows = (out / "language" / "train.jsonl").read_text().splitlines()
+    assert len(rows) == summary["lm_windows"] == 4 * 5  # windows of 4 episodes in 8, every episode
+    first = json.loads(rows[0])["messages"]
+    assert first[1] == {"role": "user", "content": "Episode starts. start"}
+    assert len(RunDir(out / "lm-model").read_metrics()) == 3
+    # 2 tasks x 2 episodes x 6 guesses, each a reply parsed to a guess or counted invalid
+    assert 0 <= summary["lm_invalid_actions"] <= 24
+    assert {"return/lm", "return/source", "return/random"} <= set(
+        RunDir(out / "in-context").read_metrics()[0]
+    )
+    assert summary["source_last_return"] == 6  # the scripted learner remembers the number
