@@ -14,11 +14,11 @@ from tempering_protocols.types import Action, Metrics, Observation, StepResult, 
 __all__ = [
     "MASK_TURN",
     "PARSE_ERROR_MASKED",
+    "TOOL_CALLS",
     "Env",
     "EnvGroupBuilder",
     "RLDataset",
     "RLDatasetBuilder",
-    "TOOL_CALLS",
     "metrics_mask_turn",
 ]
 
