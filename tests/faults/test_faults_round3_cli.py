@@ -198,6 +198,14 @@ def test_a_log_dir_that_is_a_file_or_under_a_file_is_named(
     assert blocker.read_text() == "kept"
 
 
+def test_view_of_a_file_names_it_as_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: ``tempering view FILE`` said ``no such directory``."""
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    code, err = _run(["view", str(tmp_path / "metrics.jsonl")], capsys)
+    assert code == 2
+    assert f"{tmp_path / 'metrics.jsonl'}: a regular file, not a directory (expected a run directory)" in err
+
+
 def test_a_model_directory_that_is_not_a_model_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

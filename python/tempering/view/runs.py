@@ -12,6 +12,8 @@ from pathlib import Path
 
 import attrs
 
+from tempering.fs import path_kind
+
 __all__ = ["NotARunError", "Run", "Stage", "find_runs"]
 
 
@@ -62,7 +64,9 @@ def find_runs(paths: Sequence[str | Path]) -> list[Run]:
     for raw in paths:
         path = Path(raw)
         if not path.is_dir():
-            raise NotARunError(f"{path}: no such directory (expected a run directory)")
+            kind = path_kind(path)
+            what = "no such directory" if kind.startswith("missing") else f"{kind}, not a directory"
+            raise NotARunError(f"{path}: {what} (expected a run directory)")
         stages = sorted((p for p in path.iterdir() if p.is_dir() and _is_run(p)), key=_started)
         if not _is_run(path) and not stages:
             raise NotARunError(
