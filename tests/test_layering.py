@@ -196,6 +196,31 @@ def test_import_graph_has_no_cycle() -> None:
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+def unit_graph(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    """``graph`` between packages (:func:`unit_of`): package → the other packages it imports."""
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = unit_of(module)
+        out.setdefault(source, set()).update(unit_of(t) for t in targets if unit_of(t) != source)
+    return out
+
+
+def test_packages_import_each_other_in_one_direction() -> None:
+    """No cycle between packages, within a layer too (``rl`` ↔ ``evals`` and ``local`` ↔
+    ``backend`` were such cycles: module by module acyclic, but two packages that each need
+    the other)."""
+    found = cycles(unit_graph(package_graph()))
+    assert not found, "package cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_a_package_cycle_is_found() -> None:
+    graph = {
+        "tempering.rl.train": {"tempering.evals.suite"},
+        "tempering.evals.accuracy": {"tempering.rl.policy"},
+    }
+    assert cycles(unit_graph(graph)) == [["tempering.evals", "tempering.rl"]]
+
+
 @pytest.mark.parametrize(
     ("module", "source", "message"),
     [

@@ -25,9 +25,9 @@ import attrs
 import numpy as np
 import tinker
 
+from tempering.data.seeds import sampling_seed
 from tempering.envs.problem import Problem, exact_match
 from tempering.evals.stats import wilson_interval
-from tempering.rl.policy import sampling_seed
 from tempering_protocols import Renderer, SamplingClient, Tokenizer
 from tempering_protocols.rendering import decode_text
 

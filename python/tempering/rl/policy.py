@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -32,6 +31,7 @@ import attrs
 import numpy as np
 import tinker
 
+from tempering.data.seeds import sampling_seed  # re-exported: the RL loop's name for it
 from tempering_protocols import (
     Observation,
     SamplingClient,
@@ -47,19 +47,6 @@ __all__ = [
     "policy_version",
     "sampling_seed",
 ]
-
-
-def sampling_seed(*key: int | str) -> int:
-    """A 63-bit seed for ``SamplingParams.seed``, a hash of ``key`` (stable across processes,
-    platforms and Python versions; different keys give unrelated seeds).
-
-    Example::
-
-        sampling_seed(0, "train", 5, 2)    # run seed 0, step 5, group 2
-    """
-    text = "/".join(f"{type(k).__name__}:{k}" for k in key)
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
 
 
 @runtime_checkable

@@ -1,7 +1,9 @@
 """Static proof that the local engine's clients satisfy tempering's backend protocols.
 
-Not a test module: basedpyright (strict) checks this file; a change that breaks a protocol
-fails type-checking here. ``tests/local/test_local_conformance.py`` checks the same at run time.
+Not a test module: basedpyright (strict) checks this file (it is listed in pyproject.toml's
+``[tool.basedpyright] include``); a change that breaks a protocol fails type-checking here.
+It lives in the tests so that the local engine never imports ``tempering.backend`` (which
+imports the engine): ``tests/test_layering.py`` refuses that package cycle.
 """
 
 import tinker
