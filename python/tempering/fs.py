@@ -102,12 +102,8 @@ def require_directory(path: str | os.PathLike[str], what: str, flag: str) -> Non
 def blocking_file(path: str | os.PathLike[str]) -> Path | None:
     """The nearest ancestor of ``path`` (or ``path`` itself) that exists and is not a directory:
     what stops ``path`` being made as a directory (None if nothing does)."""
-    return _in_the_way(Path(path))
-
-
-def _in_the_way(path: Path) -> Path | None:
-    """The nearest ancestor of ``path`` (or itself) that exists and is not a directory."""
-    for candidate in [path, *path.parents]:
+    start = Path(path)
+    for candidate in [start, *start.parents]:
         if candidate.exists() or candidate.is_symlink():
             return None if candidate.is_dir() else candidate
     return None
@@ -138,7 +134,7 @@ def describe_os_error(
             "--run.keep-last) and run the same command again: what was written before is kept"
         )
     if code in (errno.ENOTDIR, errno.EEXIST) and name is not None:
-        blocker = _in_the_way(Path(os.fspath(name)))
+        blocker = blocking_file(name)
         if blocker is not None:
             return (
                 f"{doing} {where} failed: {blocker} is {path_kind(blocker)} where a directory is "

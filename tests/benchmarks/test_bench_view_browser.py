@@ -2,7 +2,7 @@
 10,000 steps × 40 metrics, 1M transitions) in a real headless Chromium (Debian's ``chromium``).
 
 The page is served by ``tempering view RUN_DIR --port 0`` in a child process; Chromium is
-driven through the DevTools protocol over ``--remote-debugging-pipe`` (no client library, no
+driven through the DevTools protocol by ``tests/cdp.py`` (``--remote-debugging-pipe``: no client library, no
 browser download). Each round opens a fresh tab, navigates to the page and waits until the page
 has set both of its marks: ``curves-drawn`` (every chart drawn, after ``/api/runs`` and
 ``/api/metrics``) and ``rollouts-shown`` (the first page of rollouts in the table, after
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,61 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cdp import CHROMIUM, Browser
 from view_workload import big_run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test-browser)")
-
-
-class _Browser:
-    """Chromium over ``--remote-debugging-pipe``: commands on fd 3, answers and events on fd 4,
-    each message JSON ended by a NUL byte."""
-
-    def __init__(self, profile: Path) -> None:
-        assert CHROMIUM is not None
-        to_browser_r, self._to_browser = os.pipe()
-        self._from_browser, from_browser_w = os.pipe()
-        # The child gets the pipe's ends as fds 3 and 4 (dup2 in the child, after fork).
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-             f"--user-data-dir={profile}", "--window-size=1280,1600", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser_r, 3), os.dup2(from_browser_w, 4)),
-        )  # fmt: skip
-        os.close(to_browser_r)
-        os.close(from_browser_w)
-        self._buf = b""
-        self._next = 0
-
-    def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> Any:
-        self._next += 1
-        msg: dict[str, Any] = {"id": self._next, "method": method, "params": params or {}}
-        if session is not None:
-            msg["sessionId"] = session
-        os.write(self._to_browser, json.dumps(msg).encode() + b"\0")
-        while True:
-            while b"\0" not in self._buf:
-                chunk = os.read(self._from_browser, 1 << 16)
-                if not chunk:
-                    raise RuntimeError("chromium closed the DevTools pipe")
-                self._buf += chunk
-            raw, _, self._buf = self._buf.partition(b"\0")
-            answer = json.loads(raw)
-            if answer.get("id") == self._next:  # events (no id) are skipped
-                if "error" in answer:
-                    raise RuntimeError(f"{method}: {answer['error']}")
-                return answer["result"]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, RuntimeError):
-            self.send("Browser.close")
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._to_browser)
-        os.close(self._from_browser)
 
 
 @contextlib.contextmanager
@@ -130,7 +77,7 @@ _MARKS = (
 )
 
 
-def _load(browser: _Browser, url: str) -> dict[str, float]:
+def _load(browser: Browser, url: str) -> dict[str, float]:
     """Open a tab, navigate to ``url``, wait for both marks; the marks (ms from the navigation's
     start) and ``wall_ms`` (from the navigation command)."""
     target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -155,7 +102,7 @@ def _load(browser: _Browser, url: str) -> dict[str, float]:
 @pytest.mark.parametrize("groups", ["collapsed", "open"])
 def test_page_load_big_run(benchmark: Any, tmp_path: Path, groups: str) -> None:
     root = big_run(tmp_path / "big")
-    browser = _Browser(tmp_path / "profile")
+    browser = Browser(tmp_path / "profile", window=(1280, 1600))
     rounds: list[dict[str, float]] = []
     try:
         with _served(root) as served:

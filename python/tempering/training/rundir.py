@@ -259,17 +259,14 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_OPENED: list[RunDir] = []
+_OPENED: dict[Path, RunDir] = {}
 """The run directories this process opened for a run, oldest first (:func:`opened_run_dirs`)."""
 
 
 def opened_run_dirs() -> list[RunDir]:
     """The run directories this process opened with :meth:`RunDir.open`, each once, in order
     (the CLI says after Ctrl-C how each one resumes)."""
-    seen: dict[Path, RunDir] = {}
-    for run in _OPENED:
-        seen.setdefault(run.path.resolve(), run)
-    return list(seen.values())
+    return list(_OPENED.values())
 
 
 class RunDir:
@@ -354,7 +351,7 @@ class RunDir:
         new_json = config_to_json(config)
         require_directory(run.path, "run directory", "--run.log-dir")
         run.lock()
-        _OPENED.append(run)
+        _OPENED.setdefault(run.path.resolve(), run)
         try:
             resumed = run._open(new_json, if_exists, ignore_on_resume)
         except BaseException:
@@ -363,15 +360,14 @@ class RunDir:
         return run, resumed
 
     def _open(self, new_json: dict[str, Any], if_exists: IfExists, ignore_on_resume: frozenset[str]) -> bool:
-        run = self
-        if run.exists():
+        if self.exists():
             if if_exists == "refuse":
                 raise RunExistsError(
-                    f"{run.path} already holds a run; pass --run.if-exists resume to continue it, "
+                    f"{self.path} already holds a run; pass --run.if-exists resume to continue it, "
                     "or --run.if-exists overwrite to start again"
                 )
             if if_exists == "resume":
-                old_json = run.read_config()
+                old_json = self.read_config()
                 diff = sorted(
                     k
                     for k in (set(old_json) | set(new_json)) - {_FILES_KEY}
@@ -384,20 +380,20 @@ class RunDir:
                         f"{k}: {_short(old_json.get(k))} -> {_short(new_json.get(k))}" for k in rest
                     )
                     raise RunExistsError(
-                        f"{run.path} holds a run with a different config (fields {changes}); only a "
+                        f"{self.path} holds a run with a different config (fields {changes}); only a "
                         f"larger {' / '.join(sorted(EXTENDABLE))} may change on resume; use another "
                         f"log directory (--run.log-dir), or {_OVERWRITE}"
                     )
-                _check_data_files(run.config_path, old_json.get(_FILES_KEY))
+                _check_data_files(self.config_path, old_json.get(_FILES_KEY))
                 if extended:  # a longer run: record the new length, so later resumes compare to it
                     new_json[_FILES_KEY] = old_json.get(_FILES_KEY)
-                    _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
+                    _write_atomic(self.config_path, json.dumps(new_json, indent=2) + "\n")
                 return True
             for name in _RUN_FILES:
-                (run.path / name).unlink(missing_ok=True)
-            shutil.rmtree(run.path / "logs", ignore_errors=True)
+                (self.path / name).unlink(missing_ok=True)
+            shutil.rmtree(self.path / "logs", ignore_errors=True)
         new_json[_FILES_KEY] = _data_files(new_json, ignore_on_resume)
-        _write_atomic(run.config_path, json.dumps(new_json, indent=2) + "\n")
+        _write_atomic(self.config_path, json.dumps(new_json, indent=2) + "\n")
         return False
 
     def read_config(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Headless Chromium driven through the DevTools protocol over ``--remote-debugging-pipe`` (no
 client library, no browser download): open a page at a window size, evaluate JavaScript in it,
-take a screenshot. Used by the page's layout tests (``test_browser.py``)."""
+take a screenshot. Used by the page's layout tests (``view/test_browser.py``) and its load-time
+benchmark (``benchmarks/test_bench_view_browser.py``)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ class Browser:
     """Chromium over ``--remote-debugging-pipe``: commands on fd 3, answers and events on fd 4,
     each message JSON ended by a NUL byte."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, window: tuple[int, int] | None = None) -> None:
         assert CHROMIUM is not None
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
+        size = [f"--window-size={window[0]},{window[1]}"] if window is not None else []
         self.proc = subprocess.Popen(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"],
+             "--remote-debugging-pipe", f"--user-data-dir={profile}", *size, "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser_r, 3), os.dup2(from_browser_w, 4)),
         )  # fmt: skip
