@@ -21,6 +21,8 @@ This module is mostly a table.
 from __future__ import annotations
 
 import logging
+import math
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -28,9 +30,13 @@ __all__ = [
     "LOCAL_MODELS",
     "MODELS",
     "PACKAGED_MODELS",
+    "TINY_MODEL",
     "ModelInfo",
     "PackagedModel",
+    "Stage",
     "UnknownModelError",
+    "check_learning_rate",
+    "default_learning_rate",
     "get_lr",
     "model_info",
     "packaged_model",
@@ -320,6 +326,55 @@ def resolve_renderer_name(model_name: str, renderer_name: str | None, *, default
         return recommended_renderer(model_name)
     except UnknownModelError:
         return default
+
+
+TINY_MODEL = "tempering/tiny"
+"""The built-in 0.85M-parameter model of the local engine (random weights, for fast tests)."""
+
+Stage: TypeAlias = Literal["sft", "rm", "dpo", "rl"]
+"""What a run trains: supervised fine-tuning, a reward model, DPO, RL."""
+
+_TINY_LR: dict[Stage, float] = {"sft": 2e-3, "rm": 2e-3, "dpo": 1e-3, "rl": 4e-5}
+"""The tiny model's defaults (it trains every parameter from random weights)."""
+_FIXED_LR: dict[Stage, float] = {"dpo": 1e-5, "rl": 4e-5}
+"""Stages whose default does not follow the model's size."""
+_NO_FORMULA_LR = 2e-4
+"""SFT and reward models of a model without a calibrated formula (not listed, or another family)."""
+
+
+def default_learning_rate(base_model: str, stage: Stage, *, lora: bool = True) -> float:
+    """The one learning-rate policy: every trainer and recipe that is not given a learning rate
+    uses this (a learning rate that is given must be positive; nothing replaces it).
+
+    - ``tempering/tiny``: its own per-stage values (2e-3 SFT and reward model, 1e-3 DPO, 4e-5 RL);
+    - DPO: 1e-5; RL: 4e-5, whatever the model;
+    - SFT and reward models: :func:`get_lr` (the Tinker Cookbook's formula, by hidden size and
+      family, LoRA or not), or 2e-4 for a model without one.
+
+    Example::
+
+        default_learning_rate("tempering/tiny", "sft")                          # 2e-3
+        default_learning_rate("HuggingFaceTB/SmolLM2-135M-Instruct", "sft")     # 1.3e-3 (get_lr)
+        default_learning_rate("Qwen/Qwen3-8B", "rl")                            # 4e-5
+    """
+    if base_model == TINY_MODEL:
+        return _TINY_LR[stage]
+    if stage in _FIXED_LR:
+        return _FIXED_LR[stage]
+    try:
+        return get_lr(base_model, lora=lora)
+    except (UnknownModelError, NotImplementedError):
+        return _NO_FORMULA_LR
+
+
+def check_learning_rate(value: float, where: str = "learning rate") -> float:
+    """``value`` if it is a positive finite number; else a ``ValueError`` naming ``where``."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{where} must be a positive number, got {value}; leave it unset for the model's "
+            "default (tempering.model_info.default_learning_rate)"
+        )
+    return value
 
 
 _LR_BASE = 5e-5

@@ -115,11 +115,20 @@ def test_rl_config_refuses_a_nan_clip_threshold(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("field", ["learning_rate", "eps", "weight_decay", "grad_clip_norm"])
+@pytest.mark.parametrize("field", ["eps", "weight_decay", "grad_clip_norm"])
 @pytest.mark.parametrize("value", [NAN, INF, -INF])
 def test_adam_config_refuses_non_finite_values(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=rf"^{field} must be a finite number >= 0, got {value}$"):
         AdamConfig(**{field: value})  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("value", [NAN, INF, -INF, 0.0, -1e-3])
+def test_adam_config_refuses_a_learning_rate_that_is_not_positive(value: float) -> None:
+    """Before: 0 was accepted (and a recipe's 0 was replaced by its default)."""
+    says = rf"^learning_rate must be a positive number, got {value}; leave it unset"
+    with pytest.raises(ValueError, match=says):
+        AdamConfig(learning_rate=value)
 
 
 @pytest.mark.timeout(10)
@@ -131,7 +140,7 @@ def test_adam_config_refuses_bad_betas_and_min_lr_ratio() -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0"])
 def test_cli_refuses_a_non_finite_learning_rate_before_the_run_dir(tmp_path: Path, value: str) -> None:
     """Before: ``--adam.learning-rate inf`` exited 0 with NaN losses in metrics.jsonl."""
     log_dir = tmp_path / "run"
@@ -156,7 +165,7 @@ def test_cli_refuses_a_non_finite_learning_rate_before_the_run_dir(tmp_path: Pat
         check=False,
     )
     assert proc.returncode != 0
-    assert "learning_rate must be a finite number >= 0" in proc.stderr
+    assert "learning_rate must be a positive number" in proc.stderr
     assert not log_dir.exists()
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from tempering import assets
 from tempering.evals.reply import held_out_replies
-from tempering.recipes._common import default_learning_rate
+from tempering.recipes._common import recipe_learning_rate
 from tempering.recipes.chat_sft import ChatSFTRecipe
 from tempering_protocols import Message
 
@@ -89,15 +89,17 @@ def test_bad_config_names_the_flag() -> None:
 
 def test_learning_rate_defaults_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    assert default_learning_rate("tempering/tiny", None) == 2e-3
+    assert recipe_learning_rate("tempering/tiny", None) == 2e-3
     # a listed model: its recommended LoRA rate (tempering.model_info.get_lr); an unlisted one: 2e-4
-    assert default_learning_rate("Qwen/Qwen3-4B-Instruct-2507", None) == pytest.approx(
+    assert recipe_learning_rate("Qwen/Qwen3-4B-Instruct-2507", None) == pytest.approx(
         5e-4 * (2000 / 2560) ** 0.0775
     )
-    assert default_learning_rate("my-org/my-model", None) == 2e-4
-    assert default_learning_rate("tempering/tiny", 1e-4) == 1e-4
+    assert recipe_learning_rate("my-org/my-model", None) == 2e-4
+    assert recipe_learning_rate("tempering/tiny", 1e-4) == 1e-4
     with pytest.raises(ValueError, match="positive"):
-        default_learning_rate("tempering/tiny", -1.0)
+        recipe_learning_rate("tempering/tiny", -1.0)
+    with pytest.raises(ValueError, match="positive"):  # an explicit 0 is refused, never replaced
+        recipe_learning_rate("tempering/tiny", 0.0)
 
 
 def test_held_out_replies_takes_the_last_assistant_turn() -> None:

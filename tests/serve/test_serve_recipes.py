@@ -88,7 +88,7 @@ def test_rl_runs_on_serve_and_finishes_its_session(
     proc = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "rl", "--run.log-dir", str(log_dir), "--num-steps", "2",
          "--max-tokens", "4", "--model.base-model", str(tiny_dir), "--model.lora-rank", "4",
-         "dataset:lowercase-task", "--dataset.base-model", str(tiny_dir), "--dataset.batch-size", "2",
+         "dataset:lowercase-task", "--dataset.batch-size", "2",
          "--dataset.group-size", "2"],
         capture_output=True, text=True, timeout=300, env=_hosted_env(server, tmp_path),
     )  # fmt: skip

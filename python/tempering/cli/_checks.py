@@ -8,7 +8,8 @@ directory, a model or any output exists:
   --run.no-progress``) is refused, never resolved silently to the last one;
 - every integer is a count: negative values are refused (never bent to 0), and the fields in
   :data:`AT_LEAST_ONE` need at least 1;
-- every float is a number: NaN is refused, and temperatures, coefficients, timeouts, fractions
+- every float is a number: NaN is refused, learning rates must be > 0 (an explicit 0 is
+  refused, never replaced by a default), and temperatures, coefficients, timeouts, fractions
   and ratios must be >= 0 (fractions at most 1);
 - a path that exists but is the wrong kind (a directory given as a data file, a FIFO, a symlink
   loop, a file given as a run directory) is named as what it is.
@@ -104,7 +105,7 @@ def _check_value(path: list[str], value: object) -> None:
     elif isinstance(value, float):
         if math.isnan(value):
             raise FlagError(f"{flag} must be a number, got nan")
-        if name in _POSITIVE_FLOATS and not value > 0:
+        if (name in _POSITIVE_FLOATS or name.endswith("learning_rate")) and not value > 0:
             raise FlagError(f"{flag} must be > 0, got {value}")
         if name.endswith(_NON_NEGATIVE_FLOAT_SUFFIXES) and value < 0:
             raise FlagError(f"{flag} must be >= 0, got {value}")

@@ -112,7 +112,7 @@ class AgentTask(PolicyTask):
         served by ``service``; ``model`` and ``renderer_name`` default to the policy's."""
         return await sampled_completer(
             self.service,
-            model or self.base_model,
+            model or self.model,
             path=path,
             renderer_name=renderer_name or self.renderer_name,
             max_tokens=max_tokens,

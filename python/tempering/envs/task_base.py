@@ -20,12 +20,14 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import attrs
+import tyro
 
 from tempering.backend import load_renderer
 from tempering.envs.problem import from_fields, held_out
+from tempering.model_info import TINY_MODEL
 from tempering_protocols import Renderer
 
 __all__ = ["HeldOutTask", "PolicyTask"]
@@ -37,15 +39,22 @@ D = TypeVar("D", bound=attrs.AttrsInstance)
 class PolicyTask:
     """The policy's model and chat format, as a task builder's first fields."""
 
-    base_model: str = "tempering/tiny"
-    """The policy's base model: its tokenizer renders the prompts (tempering/tiny, a local
-    model directory, or a hosted model name)."""
-    renderer_name: str | None = None
-    """Chat format (default: the one recommended for base_model)."""
+    base_model: Annotated[str | None, tyro.conf.Suppress] = None
+    """The policy's base model, whose tokenizer renders the prompts. A trainer fills it from its
+    own model (``--model.base-model``; :func:`tempering.policy.bind_policy`), so it is not a flag;
+    set it only to use the task on its own (unset: ``tempering/tiny``)."""
+    renderer_name: Annotated[str | None, tyro.conf.Suppress] = None
+    """Chat format, filled like :attr:`base_model` (``--model.renderer-name``); unset: the one
+    recommended for the base model."""
+
+    @property
+    def model(self) -> str:
+        """The policy's base model in effect (:attr:`base_model`, or ``tempering/tiny``)."""
+        return self.base_model or TINY_MODEL
 
     def renderer(self) -> Renderer:
         """The policy's renderer."""
-        return load_renderer(self.base_model, self.renderer_name)
+        return load_renderer(self.model, self.renderer_name)
 
     def dataset_of(self, cls: Callable[..., D], problems: Sequence[Any], **given: Any) -> D:
         """A ``cls`` dataset (:class:`~tempering.envs.problem.SeededBatches`) of ``problems`` in

@@ -167,7 +167,7 @@ class DPOEvaluator:
 
 
 def _dpo_adam() -> AdamConfig:
-    return AdamConfig(learning_rate=1e-3, schedule=LRSchedule("linear", warmup_steps=2))
+    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
 
 
 @attrs.frozen(kw_only=True)
@@ -214,6 +214,10 @@ def _all_pairs(dataset: ComparisonDataset) -> list[LabeledComparison]:
 
 
 async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainResult:
+    model = config.model
+    config = attrs.evolve(
+        config, adam=config.adam.for_model(model.base_model, "dpo", lora=model.lora_rank > 0)
+    )
     train, test = config.data()
     batches_per_epoch = len(train)
     total_steps = config.num_epochs * batches_per_epoch

@@ -202,7 +202,7 @@ class PreferenceAccuracyEvaluator:
 
 
 def _rm_adam() -> AdamConfig:
-    return AdamConfig(learning_rate=2e-3, schedule=LRSchedule("linear", warmup_steps=2))
+    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
 
 
 @attrs.frozen(kw_only=True)
@@ -231,8 +231,9 @@ class RewardModelConfig:
         evaluators = (
             [] if test is None else [PreferenceAccuracyEvaluator(list(test.items), renderer, tokenizer)]
         )
+        lora = self.model.lora_rank > 0
         return await train_supervised(
-            self,
+            attrs.evolve(self, adam=self.adam.for_model(self.model.base_model, "rm", lora=lora)),
             run=self.run,
             model=self.model,
             adam=self.adam,
@@ -241,4 +242,5 @@ class RewardModelConfig:
             max_steps=self.max_steps,
             sampling_evaluators=evaluators,
             service=service,
+            stage="rm",
         )

@@ -88,7 +88,7 @@ class RewardModelPrompts(PolicyTask):
     service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        model = ModelConfig(base_model=self.base_model, renderer_name=self.renderer_name)
+        model = ModelConfig(base_model=self.model, renderer_name=self.renderer_name)
         rm = await VerdictPreferenceModel.load(self.rm_sampler_path, model, self.service)
         judge = ComparisonJudge(rm)
         renderer = rm.renderer  # the policy's: the same model and chat format

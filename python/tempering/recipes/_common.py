@@ -12,7 +12,7 @@ The skeleton that uses these (a session, the SFT and RL stages) is :mod:`temperi
 Example::
 
     model = fresh_model(recipe_config)      # base_model, lora_rank, seed and renderer_name of the recipe
-    lr = default_learning_rate("tempering/tiny", None)                        # 2e-3
+    lr = recipe_learning_rate("tempering/tiny", None)                         # 2e-3
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tempering.backend import (
     uses_hosted_service,
 )
 from tempering.fs import LOCK_NAME, DirLock, require_directory
-from tempering.model_info import UnknownModelError, get_lr
+from tempering.model_info import TINY_MODEL, Stage, check_learning_rate, default_learning_rate
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
@@ -53,18 +53,15 @@ __all__ = [
     "RecipeResult",
     "RecipeSession",
     "SFTFlags",
-    "default_learning_rate",
     "default_lora_rank",
     "finish",
     "fresh_model",
     "prepare_run_dir",
     "recipe_flags",
+    "recipe_learning_rate",
     "recipe_service",
     "recipe_session",
 ]
-
-TINY_MODEL = "tempering/tiny"
-"""The local engine's built-in model (the recipes' default ``base_model``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -327,32 +324,26 @@ def finish(result: RecipeResult, *, config: Any = None) -> RecipeResult:
     return result
 
 
-def default_learning_rate(
-    base_model: str, learning_rate: float | None, *, tiny: float = 2e-3, lora: float | None = None
+def recipe_learning_rate(
+    base_model: str, learning_rate: float | None, stage: Stage = "sft", *, tiny: float | None = None
 ) -> float:
-    """``learning_rate`` if given (it must be positive); else ``tiny`` for the tiny model on the
-    local engine (full fine-tuning from random weights); else ``lora`` if given; else the
-    model's recommended LoRA learning rate (:func:`tempering.model_info.get_lr`, the Tinker
-    Cookbook's formula) where there is one, and 2e-4 where there is none.
+    """A recipe stage's learning rate: ``learning_rate`` if given (it must be positive: an
+    explicit 0 is refused, never replaced); else ``tiny`` where the recipe tunes its own value for
+    the tiny model on the local engine; else the one policy,
+    :func:`tempering.model_info.default_learning_rate` for ``stage``.
 
     Example::
 
-        default_learning_rate("tempering/tiny", None)                 # 2e-3
-        default_learning_rate("Qwen/Qwen3-4B-Instruct-2507", None)    # 5.4e-4 (get_lr)
-        default_learning_rate("acme/Model-7B", None)                  # 2e-4
+        recipe_learning_rate("tempering/tiny", None)                    # 2e-3
+        recipe_learning_rate("Qwen/Qwen3-4B-Instruct-2507", None)       # 5.4e-4 (get_lr)
+        recipe_learning_rate("acme/Model-7B", None)                     # 2e-4
+        recipe_learning_rate("tempering/tiny", None, "rl", tiny=2e-4)   # 2e-4
     """
     if learning_rate is not None:
-        if not (math.isfinite(learning_rate) and learning_rate > 0):
-            raise ValueError(f"a learning rate must be a positive number, got {learning_rate}")
-        return learning_rate
-    if base_model == TINY_MODEL and not uses_hosted_service():
+        return check_learning_rate(learning_rate)
+    if tiny is not None and base_model == TINY_MODEL and not uses_hosted_service():
         return tiny
-    if lora is not None:
-        return lora
-    try:
-        return get_lr(base_model, lora=True)
-    except (UnknownModelError, NotImplementedError):
-        return 2e-4
+    return default_learning_rate(base_model, stage)
 
 
 @attrs.define

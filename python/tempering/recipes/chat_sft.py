@@ -43,8 +43,8 @@ from tempering.evals.reply import ReplyEvaluator, ReplyRecord, format_replies, h
 from tempering.recipes._common import (
     RecipeConfig,
     RecipeResult,
-    default_learning_rate,
     fresh_model,
+    recipe_learning_rate,
 )
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
 from tempering.renderers import get_renderer
@@ -151,7 +151,7 @@ class ChatSFTRecipe(RecipeConfig):
     POSITIVE: ClassVar[str] = "steps batch_size max_tokens"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
-        lr = default_learning_rate(self.base_model, self.learning_rate)
+        lr = recipe_learning_rate(self.base_model, self.learning_rate)
         stage = SFTStage.of(self, "", learning_rate=lr)
         outcome = await train_chat_sft(s, stage, train_path=self.train_path, test_path=self.test_path)
         print(format_replies(outcome.before, outcome.after))

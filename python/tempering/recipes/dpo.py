@@ -58,7 +58,7 @@ from tempering.preference.evaluation import PairLogprobs, chosen_answers, dpo_pa
 from tempering.recipes._common import (
     RecipeConfig,
     RecipeResult,
-    default_learning_rate,
+    recipe_learning_rate,
 )
 from tempering.recipes.chat_sft import train_chat_sft
 from tempering.recipes.stages import RecipeSession, SFTStage, metric
@@ -117,7 +117,7 @@ class PreferenceRecipe(RecipeConfig):
         ``extra`` (prefixed ``sft_``) and whose run directory into ``stages``."""
         if self.init_state is not None:
             return self.init_state
-        lr = default_learning_rate(self.base_model, self.sft_learning_rate)
+        lr = recipe_learning_rate(self.base_model, self.sft_learning_rate)
         stage = SFTStage.of(self, "sft_", learning_rate=lr)
         sft = await train_chat_sft(session, stage, train_path=self.sft_path, test_path=self.sft_test_path)
         extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
@@ -187,7 +187,7 @@ class DPORecipe(PreferenceRecipe):
     ) -> RecipeResult:
         # 1. the SFT start: ``start``; 2. DPO from it
         renderer = self.renderer()
-        lr = default_learning_rate(self.base_model, self.dpo_learning_rate, tiny=1e-3, lora=1e-5)
+        lr = recipe_learning_rate(self.base_model, self.dpo_learning_rate, "dpo")
         data, n_train, test_pairs, stage = self.pairs(
             self.dpo_steps, self.dpo_batch_size, lr, "--dpo-batch-size"
         )

@@ -40,6 +40,7 @@ from tempering.recipes._common import (
     RLFlags,
     SFTFlags,
     recipe_flags,
+    recipe_learning_rate,
 )
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.task_evals import evaluate_math
@@ -176,7 +177,7 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
 
         # 3. RL (evaluated on the held-out problems every 10 steps too)
         sft_steps = self.sft_steps if self.sft_steps is not None else (300 if self.tiny else 0)
-        lr = self.rl_learning_rate or (2e-4 if self.tiny else 4e-5)
+        lr = recipe_learning_rate(self.base_model, self.rl_learning_rate, "rl", tiny=2e-4)
         rl = RLStage.of(self, "rl_", learning_rate=lr, eval_every=10)
         run = await sft_then_rl(
             s, SFTStage.of(self, "sft_", steps=sft_steps), rl, evaluate, train_path=train_data, task=task,

@@ -57,8 +57,8 @@ from tempering.preference import RewardModelConfig
 from tempering.preference.rlhf import RewardModelPrompts
 from tempering.recipes._common import (
     RecipeResult,
-    default_learning_rate,
     fresh_model,
+    recipe_learning_rate,
 )
 from tempering.recipes.dpo import PreferenceRecipe
 from tempering.recipes.stages import RecipeSession, RLStage, metric, rl_stage
@@ -125,7 +125,7 @@ class RLHFRecipe(PreferenceRecipe):
         policy = self.start_model(start)
 
         # 2. the reward model
-        lr = default_learning_rate(self.base_model, self.rm_learning_rate)
+        lr = recipe_learning_rate(self.base_model, self.rm_learning_rate, "rm")
         data, n_train, test_pairs, stage = self.pairs(
             self.rm_steps, self.rm_batch_size, lr, "--rm-batch-size"
         )
@@ -155,7 +155,7 @@ class RLHFRecipe(PreferenceRecipe):
         assert test_ds is not None
         sft_policy = TinkerTokenCompleter(await s.sampler(sft_path), self.max_tokens, 1.0)
         sft_eval = await evaluate_dataset(test_ds, sft_policy, seed=self.seed)
-        lr = default_learning_rate(self.base_model, self.rl_learning_rate, tiny=2e-4, lora=4e-5)
+        lr = recipe_learning_rate(self.base_model, self.rl_learning_rate, "rl", tiny=2e-4)
         rl_stage_config = RLStage.of(self, "rl_", learning_rate=lr, eval_every=self.eval_every, beta2=0.95)
         s.say(
             f"RL, {self.rl_steps} steps of {self.rl_prompts} prompts x {self.group_size} replies "

@@ -47,6 +47,7 @@ from tinker import types as ttypes
 
 from tempering.backend import ModelConfig, ServiceClient
 from tempering.evals.suite import EvalSuite
+from tempering.policy import bind_policy
 from tempering.rl.batch_policy import BatchPolicy, BatchShaper, refill_rollouts
 from tempering.rl.data import (
     Baseline,
@@ -114,7 +115,7 @@ class RLConfig:
     run: RunConfig
     dataset: RLDatasetBuilder
     model: ModelConfig = attrs.field(factory=ModelConfig)
-    adam: AdamConfig = attrs.field(factory=lambda: AdamConfig(learning_rate=4e-5))
+    adam: AdamConfig = attrs.field(factory=AdamConfig)
     num_steps: int | None = None
     """Training steps (batches); default: one pass over the train dataset."""
     max_tokens: int = 64
@@ -439,11 +440,16 @@ async def train(config: RLConfig, *, service: ServiceClient | None = None) -> Tr
         result = await train(RLConfig(run=RunConfig(log_dir="runs/rl"), dataset=LowercaseTask()))
         result.metrics[-1]["env/reward/mean"]
     """
-    group_size: object = getattr(config.dataset, "group_size", None)
+    model = config.model
+    config = attrs.evolve(
+        config, adam=config.adam.for_model(model.base_model, "rl", lora=model.lora_rank > 0)
+    )
+    dataset = bind_policy(config.dataset, model)  # the task renders with the policy's tokenizer
+    group_size: object = getattr(dataset, "group_size", None)
     warn_if_nothing_to_learn(
         config.max_tokens, group_size, teacher=bool(config.distill_teacher or config.distill_teachers)
     )
-    train_ds, test_ds = await config.dataset()
+    train_ds, test_ds = await dataset()
     total = config.num_steps if config.num_steps is not None else len(train_ds)
     loop = await TrainingLoop.open(
         config.run,

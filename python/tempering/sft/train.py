@@ -28,6 +28,7 @@ from tempering.backend import ModelConfig, ServiceClient, load_tokenizer
 from tempering.data import ChatDatasetBuilder, ChatSource, check_max_length
 from tempering.data.datums import examples_to_datums
 from tempering.evals.suite import EvalSuite
+from tempering.model_info import Stage
 from tempering.training import (
     AdamConfig,
     LRSchedule,
@@ -116,6 +117,7 @@ async def train_supervised(
     training_evaluators: Sequence[TrainingClientEvaluator] = (),
     sampling_evaluators: Sequence[SamplingClientEvaluator] = (),
     service: ServiceClient | None = None,
+    stage: Stage = "sft",
 ) -> TrainResult:
     """Train on ``train`` with cross-entropy, ``num_epochs`` epochs (at most ``max_steps`` steps).
 
@@ -128,6 +130,7 @@ async def train_supervised(
     Metrics: ``loss`` (train NLL per trained token, before the step's update), ``lr``,
     ``tokens``, ``tokens/trained``, ``optim/grad_norm``, the evaluators', ``time/…``.
     """
+    adam = adam.for_model(model.base_model, stage, lora=model.lora_rank > 0)
     batches_per_epoch = len(train)
     total_steps = num_epochs * batches_per_epoch
     if max_steps is not None:
@@ -246,7 +249,7 @@ class ChatData:
 
 
 def _sft_adam() -> AdamConfig:
-    return AdamConfig(learning_rate=2e-3, schedule=LRSchedule("linear", warmup_steps=2))
+    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
 
 
 @attrs.frozen(kw_only=True)
@@ -272,12 +275,14 @@ class SFTConfig:
     ``run.eval_every`` steps, after the last), e.g. ``--evals.benchmarks gsm8k``; docs/evals.md."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
+        lora = self.model.lora_rank > 0
+        config = attrs.evolve(self, adam=self.adam.for_model(self.model.base_model, "sft", lora=lora))
         train, test = self.data(self.model)()
         return await train_supervised(
-            self,
+            config,
             run=self.run,
             model=self.model,
-            adam=self.adam,
+            adam=config.adam,
             train=train,
             num_epochs=self.num_epochs,
             max_steps=self.max_steps,

@@ -13,6 +13,8 @@ from typing import Literal, TypeAlias
 import attrs
 import tinker
 
+from tempering.model_info import Stage, check_learning_rate, default_learning_rate
+
 __all__ = ["AdamConfig", "LRSchedule", "ScheduleKind"]
 
 ScheduleKind: TypeAlias = Literal["constant", "linear", "cosine"]
@@ -22,6 +24,13 @@ def _non_negative(_instance: object, attribute: attrs.Attribute[float], value: f
     # ``not value >= 0`` is also true for NaN; infinity is refused separately.
     if not value >= 0 or math.isinf(value):
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value}")
+
+
+def _positive_or_unset(
+    _instance: object, attribute: attrs.Attribute[float | None], value: float | None
+) -> None:
+    if value is not None:
+        check_learning_rate(value, attribute.name)
 
 
 def _beta(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -75,8 +84,10 @@ class AdamConfig:
         client.optim_step(adam.adam_params(step, total_steps))
     """
 
-    learning_rate: float = attrs.field(default=1e-4, validator=_non_negative)
-    """The peak learning rate; ``schedule`` scales it per step."""
+    learning_rate: float | None = attrs.field(default=None, validator=_positive_or_unset)
+    """The peak learning rate; ``schedule`` scales it per step. Unset: the model's default for
+    the trainer (:func:`tempering.model_info.default_learning_rate`), filled by :meth:`for_model`
+    when the run starts."""
     beta1: float = attrs.field(default=0.9, validator=_beta)
     """Decay of the gradient's moving average."""
     beta2: float = attrs.field(default=0.95, validator=_beta)
@@ -89,8 +100,18 @@ class AdamConfig:
     """Clip the global gradient norm to this; 0: no clipping."""
     schedule: LRSchedule = LRSchedule()
 
+    def for_model(self, base_model: str, stage: Stage, *, lora: bool = True) -> AdamConfig:
+        """These settings with an unset :attr:`learning_rate` filled by the model's default."""
+        if self.learning_rate is not None:
+            return self
+        return attrs.evolve(self, learning_rate=default_learning_rate(base_model, stage, lora=lora))
+
     def lr(self, step: int, total_steps: int) -> float:
         """The learning rate of ``step`` (0-based) of ``total_steps``."""
+        if self.learning_rate is None:
+            raise ValueError(
+                "AdamConfig.learning_rate is unset: resolve it with for_model(base_model, stage)"
+            )
         return self.learning_rate * self.schedule.multiplier(step, total_steps)
 
     def adam_params(self, step: int, total_steps: int) -> tinker.AdamParams:
