@@ -34,7 +34,12 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
             }
         ),
     ),
-    ("backend", frozenset({"tempering", "tempering.backend", "tempering.local", "tempering.serve"})),
+    (
+        "backend",
+        frozenset(
+            {"tempering", "tempering.backend", "tempering.backends", "tempering.local", "tempering.serve"}
+        ),
+    ),
     (
         "renderers and data",
         frozenset(
