@@ -23,12 +23,12 @@ from typing import Protocol, TypeVar, runtime_checkable
 import attrs
 
 from tempering.backends import (
-    BACKENDS,
     Backend,
     CapabilityError,
     ServiceClient,
     SessionStatus,
     backend_of,
+    listed_backends,
     selected_backend,
 )
 from tempering.backends.hosted import HOSTED
@@ -116,7 +116,7 @@ def load_tokenizer(base_model: str) -> Tokenizer:
     models and ``.gguf`` files); else Hugging Face's (a local directory or a hub name).
     Module-level so a ``functools.partial`` of it is a picklable tokenizer factory for dataset
     builders."""
-    for backend in BACKENDS:
+    for backend in listed_backends():
         own = backend.tokenizer(base_model)
         if own is not None:
             return own
@@ -223,7 +223,7 @@ class ModelConfig:
         if self.lora_rank == 0:
             backend = backend_of(service)
             if backend is not None and not backend.capabilities.full_training:
-                able = " or ".join(b.title for b in BACKENDS if b.capabilities.full_training)
+                able = " or ".join(b.title for b in listed_backends() if b.capabilities.full_training)
                 raise CapabilityError(
                     f"lora_rank=0 (full fine-tuning) needs a backend that trains every parameter "
                     f"(Capabilities.full_training); {backend.title or backend.name} does not: give "

@@ -45,6 +45,7 @@ __all__ = [
     "SessionStatus",
     "backend_for_path",
     "backend_of",
+    "listed_backends",
     "require",
     "selected_backend",
     "serving",
@@ -53,6 +54,11 @@ __all__ = [
 BACKENDS: tuple[Backend, ...] = (HOSTED, LOCAL)
 """The backends :func:`selected_backend` chooses from, in order: the first whose
 ``selected()`` is true. The local engine, last, is always selected."""
+
+
+def listed_backends() -> tuple[Backend, ...]:
+    """:data:`BACKENDS` as it is now (a test or a plugin may replace it)."""
+    return BACKENDS
 
 
 def selected_backend(backends: Sequence[Backend] | None = None) -> Backend:
