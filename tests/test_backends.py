@@ -53,7 +53,8 @@ from tempering_protocols import (
 
 
 def test_the_two_listed_backends_declare_what_differs() -> None:
-    assert [b.name for b in BACKENDS] == ["hosted", "local"]
+    assert BACKENDS[0] is HOSTED  # chosen first when TINKER_API_KEY is set
+    assert BACKENDS[-1] is LOCAL  # the fallback
     hosted, local = HOSTED.capabilities, LOCAL.capabilities
     assert (hosted.full_training, local.full_training) == (False, True)
     assert (hosted.custom_loss_passes, local.custom_loss_passes) == (2, 1)
