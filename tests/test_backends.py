@@ -237,3 +237,22 @@ def test_a_selected_third_backend_drives_the_service_and_the_recipes(monkeypatch
 def test_a_backend_must_say_how_to_connect() -> None:
     with pytest.raises(NotImplementedError, match="a backend must say how to connect"):
         Backend().connect()
+
+
+def test_distillation_refuses_a_teacher_only_another_backend_serves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tempering.recipes.distill import OnPolicyDistillRecipe
+
+    monkeypatch.setenv("TINKER_API_KEY", "tml-not-a-real-key")
+    recipe = OnPolicyDistillRecipe(out=str(tmp_path / "run"), progress=False)
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"TINKER_API_KEY is set \(hosted service\) but --teacher-model is 'tempering/tiny', which only "
+            r"the local engine has: pass --teacher-model with a model the hosted Tinker service serves, "
+            r"e\.g\. .*, or unset TINKER_API_KEY to run locally, or --teacher$"
+        ),
+    ):
+        asyncio.run(recipe())
+    assert not (tmp_path / "run").exists()
