@@ -1,7 +1,6 @@
 """The backend layer's front: which service trains (hosted Tinker or the local engine, chosen
 and described by :mod:`tempering.backends`), the model a run trains (:class:`ModelConfig`),
-its tokenizer (:func:`load_tokenizer`) and its
-renderer (:func:`load_renderer`).
+its tokenizer (:func:`load_tokenizer`) and its renderer (:func:`load_renderer`).
 
 Every trainer and recipe gets its client from ``tempering.service_client()``. With
 ``TINKER_API_KEY`` set it is the official ``tinker.ServiceClient()``; otherwise

@@ -19,17 +19,11 @@ class HostedBackend(Backend):
 
     name = "hosted"
     title = "the hosted Tinker service"
-    capabilities = Capabilities(
-        full_training=False,
-        custom_loss=True,
-        custom_loss_passes=2,
-        topk_logprobs=True,
+    capabilities = Capabilities(  # the defaults otherwise: LoRA only, custom losses in 2 passes, top-K
         checkpoint_ttl=True,
         checkpoint_schemes=("tinker://",),
-        trainer_deletes_checkpoints=False,
         session_close="status",
         tokenizer_source="Hugging Face, by the model's name",
-        extra=None,
     )
     selected_because = "TINKER_API_KEY is set (hosted service)"
     how_to_select = "set TINKER_API_KEY to train on the hosted Tinker service"
