@@ -37,7 +37,14 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     (
         "backend",
         frozenset(
-            {"tempering", "tempering.backend", "tempering.local", "tempering.policy", "tempering.serve"}
+            {
+                "tempering",
+                "tempering.backend",
+                "tempering.backends",
+                "tempering.local",
+                "tempering.policy",
+                "tempering.serve",
+            }
         ),
     ),
     (

@@ -1,6 +1,6 @@
-"""The backend layer's front: which service trains (hosted Tinker or the local engine), the
-model a run trains (:class:`ModelConfig`), its tokenizer (:func:`load_tokenizer`) and its
-renderer (:func:`load_renderer`).
+"""The backend layer's front: which service trains (hosted Tinker or the local engine, chosen
+and described by :mod:`tempering.backends`), the model a run trains (:class:`ModelConfig`),
+its tokenizer (:func:`load_tokenizer`) and its renderer (:func:`load_renderer`).
 
 Every trainer and recipe gets its client from ``tempering.service_client()``. With
 ``TINKER_API_KEY`` set it is the official ``tinker.ServiceClient()``; otherwise
@@ -14,18 +14,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import os
-import sys
 import warnings
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from tempering.backends import (
+    Backend,
+    CapabilityError,
+    ServiceClient,
+    SessionStatus,
+    backend_of,
+    listed_backends,
+    selected_backend,
+)
+from tempering.backends.hosted import HOSTED
 from tempering.fs import path_kind
-from tempering.model_info import packaged_model, resolve_renderer_name
-from tempering_protocols import Future, Renderer, SamplingClient, Tokenizer, TrainingClient
+from tempering.model_info import resolve_renderer_name
+from tempering_protocols import Future, Renderer, Tokenizer, TrainingClient
 
 __all__ = [
     "ModelConfig",
@@ -41,76 +49,26 @@ __all__ = [
 ]
 
 
-class ServiceClient(Protocol):
-    """The factory methods of ``tinker.ServiceClient`` that trainers use; the local engine's
-    ``ServiceClient`` has the same. Each returns a future of the client.
-
-    Example::
-
-        service = tempering.service_client()
-        trainer = await service.create_lora_training_client("tempering/tiny", rank=8)
-        sampler = service.create_sampling_client(base_model="tempering/tiny").result()
-    """
-
-    def create_lora_training_client(
-        self,
-        base_model: str,
-        rank: int = ...,
-        seed: int | None = ...,
-        train_mlp: bool = ...,
-        train_attn: bool = ...,
-        train_unembed: bool = ...,
-    ) -> Future[TrainingClient]: ...
-
-    def create_training_client_from_state(self, path: str) -> Future[TrainingClient]: ...
-
-    def create_training_client_from_state_with_optimizer(self, path: str) -> Future[TrainingClient]: ...
-
-    def create_sampling_client(
-        self, model_path: str | None = ..., base_model: str | None = ...
-    ) -> Future[SamplingClient]: ...
-
-
 def uses_hosted_service() -> bool:
-    """Whether :func:`service_client` returns the hosted service (``TINKER_API_KEY`` is set)."""
-    return bool(os.environ.get("TINKER_API_KEY"))
+    """Whether :func:`service_client` returns the hosted service (``TINKER_API_KEY`` is set).
+    Prefer asking :func:`tempering.backends.selected_backend`'s capabilities for what differs."""
+    return selected_backend() is HOSTED
 
 
 def service_client() -> ServiceClient:
-    """The hosted ``tinker.ServiceClient()`` when ``TINKER_API_KEY`` is set, else the local
-    engine's ``tempering.local.ServiceClient()`` (checkpoints under ``$TEMPERING_HOME``, device
-    from ``$TEMPERING_DEVICE``)."""
-    if uses_hosted_service():
-        import tinker
-
-        return tinker.ServiceClient()
-    try:
-        from tempering.local import ServiceClient as LocalServiceClient
-    except ImportError as exc:
-        raise ImportError(
-            "TINKER_API_KEY is not set, and the local engine needs torch, transformers and peft: "
-            "pip install 'tempering[local]' (or set TINKER_API_KEY to use the hosted service)"
-        ) from exc
-    return LocalServiceClient()
-
-
-SessionStatus = Literal["success", "errored", "interrupted"]
-"""How a run ended, as the hosted service records it when a session is finished."""
+    """A service client of the backend the environment selects
+    (:func:`tempering.backends.selected_backend`): the hosted ``tinker.ServiceClient()`` when
+    ``TINKER_API_KEY`` is set, else the local engine's ``tempering.local.ServiceClient()``
+    (checkpoints under ``$TEMPERING_HOME``, device from ``$TEMPERING_DEVICE``)."""
+    return selected_backend().connect()
 
 
 def close_service(service: object, status: SessionStatus = "success") -> None:
-    """End ``service``'s session: a ``tinker.ServiceClient`` (hosted, or ``tempering serve``)
-    finishes its session on the server with ``status`` and releases its connections (waited on
-    for up to 60 s); the local engine's client stops its worker thread. A client with no
-    ``close`` is left as it is."""
-    tinker = sys.modules.get("tinker")  # a tinker client exists only once tinker is imported
-    if tinker is not None and isinstance(service, tinker.ServiceClient):
-        hosted: Any = service
-        hosted.close(status).result(timeout=60)
-        return
-    close = getattr(service, "close", None)
-    if callable(close):
-        close()
+    """End ``service``'s session as its backend does (``Capabilities.session_close``): a
+    ``tinker.ServiceClient`` (hosted, or ``tempering serve``) finishes its session on the server
+    with ``status`` and releases its connections (waited on for up to 60 s); the local engine's
+    client stops its worker thread. A client with no ``close`` is left as it is."""
+    (backend_of(service) or Backend()).close(service, status)
 
 
 def end_session(service: object, error: BaseException | None) -> None:
@@ -152,29 +110,19 @@ def ending_session(service: S) -> Generator[S]:
 
 
 def load_tokenizer(base_model: str) -> Tokenizer:
-    """The tokenizer of ``base_model``: the built-in one for ``tempering/tiny``; the model
-    cache's copy for a model it provides (a packaged model such as
-    ``HuggingFaceTB/SmolLM2-135M-Instruct``, pulled on first use, or a ``.gguf`` file: the local
-    engine's own resolution, :func:`tempering.local.model.resolve_model_dir`); else Hugging
-    Face's (a local directory or a hub name). Module-level so a ``functools.partial`` of it is a
-    picklable tokenizer factory for dataset builders."""
-    if base_model == "tempering/tiny":
-        from tempering.local.tiny import build_tiny_tokenizer
-
-        return build_tiny_tokenizer()
+    """The tokenizer of ``base_model``: the one a backend provides for a model of its own
+    (``Backend.tokenizer``: the local engine's built-in tiny model, its model cache's packaged
+    models and ``.gguf`` files); else Hugging Face's (a local directory or a hub name).
+    Module-level so a ``functools.partial`` of it is a picklable tokenizer factory for dataset
+    builders."""
+    for backend in listed_backends():
+        own = backend.tokenizer(base_model)
+        if own is not None:
+            return own
     from transformers import AutoTokenizer
 
-    name: str = base_model
-    if packaged_model(base_model) is not None or _names_gguf(base_model):
-        from tempering.local.checkpoints import default_root
-        from tempering.local.model_cache import resolve_cached
-
-        found = resolve_cached(base_model, default_root())
-        if found is not None:
-            name = str(found)
-    else:
-        check_model_path(base_model)
-    tokenizer: Tokenizer = AutoTokenizer.from_pretrained(name)
+    check_model_path(base_model)
+    tokenizer: Tokenizer = AutoTokenizer.from_pretrained(base_model)
     return tokenizer
 
 
@@ -210,14 +158,6 @@ def check_model_path(base_model: str) -> None:
         raise ValueError(
             f"base model {base_model} is a directory but not a model: missing {' and '.join(missing)}; {what}"
         )
-
-
-def _names_gguf(base_model: str) -> bool:
-    """Whether ``base_model`` is a ``.gguf`` file or a directory holding one (and no config.json)."""
-    path = Path(base_model).expanduser()
-    if path.suffix == ".gguf":
-        return path.is_file()
-    return path.is_dir() and not (path / "config.json").is_file() and any(path.glob("*.gguf"))
 
 
 def load_renderer(base_model: str, renderer_name: str | None = None) -> Renderer:
@@ -280,14 +220,25 @@ class ModelConfig:
         if self.init_state is not None:
             return await service.create_training_client_from_state(self.init_state)
         if self.lora_rank == 0:
+            backend = backend_of(service)
+            if backend is not None and not backend.capabilities.full_training:
+                able = " or ".join(b.title for b in listed_backends() if b.capabilities.full_training)
+                raise CapabilityError(
+                    f"lora_rank=0 (full fine-tuning) needs a backend that trains every parameter "
+                    f"(Capabilities.full_training); {backend.title or backend.name} does not: give "
+                    f"lora_rank > 0 (LoRA), or train on {able or 'another backend'}"
+                )
             if not isinstance(service, _FullTraining):
-                raise ValueError("lora_rank=0 (full fine-tuning) needs the local engine's service client")
+                raise ValueError(
+                    "lora_rank=0 (full fine-tuning) needs a service client with "
+                    f"create_full_training_client; {type(service).__name__} has none"
+                )
             return await service.create_full_training_client(self.base_model)
         return await service.create_lora_training_client(self.base_model, rank=self.lora_rank, seed=self.seed)
 
 
 @runtime_checkable
 class _FullTraining(Protocol):
-    """A service client that can train every parameter (the local engine's)."""
+    """A service client that can train every parameter (``Capabilities.full_training``)."""
 
     def create_full_training_client(self, base_model: str, /) -> Future[TrainingClient]: ...

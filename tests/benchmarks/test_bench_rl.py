@@ -1,11 +1,12 @@
 """Client-side overhead of one RL training step on W1-sized batches.
 
 W1 shape: ``P = 64`` problems × ``G = 16`` samples, prompts of 256 tokens, completions of 64..1024
-tokens (uniform), single-turn envs graded in Python. The backend is a fake whose every request
-completes at once (sampling returns pre-drawn completions with logprobs; ``forward_backward``
-returns per-datum logprobs; ``optim_step`` returns at once), so the measured step time is the
-loop's own work: rollouts (env calls, the shared-first-turn request per group), advantages and
-packing on the Rust core, datums, loss-input stripping, diagnostics, metrics and bookkeeping.
+tokens (uniform), single-turn envs graded in Python. The backend is a fake
+(``tests/fake_backend.py``, a backend with its own capabilities) whose every request completes at
+once (sampling returns pre-drawn completions with logprobs; ``forward_backward`` returns per-datum
+logprobs; ``optim_step`` returns at once), so the measured step time is the loop's own work:
+rollouts (env calls, the shared-first-turn request per group), advantages and packing on the Rust
+core, datums, loss-input stripping, diagnostics, metrics and bookkeeping.
 
 Group ``rl-step``: the full loop step (``train`` with the fake backend) beside its baseline,
 the data path alone (``compute_advantages`` + ``trajectories_to_batch`` + ``to_datums`` on the
@@ -17,16 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import numpy as np
 import pytest
 import tinker
+from fake_backend import FakeSampler, FakeService  # pyright: ignore[reportMissingImports]  # tests/
 from pytest_benchmark.fixture import BenchmarkFixture
-from tinker import types as ttypes
 
 from tempering.backend import ModelConfig
 from tempering.rl.data import compute_advantages, trajectories_to_batch
@@ -46,81 +46,6 @@ from tempering_protocols import (
 
 P, G, PROMPT, MIN_COMPLETION, MAX_COMPLETION = 64, 16, 256, 64, 1024
 STEPS = 3
-
-
-class Done:
-    """A future that already holds its value."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def result(self, timeout: float | None = None) -> Any:
-        return self.value
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return self.value
-        yield
-
-
-@attrs.define
-class FakeSampler:
-    rng: np.random.Generator
-
-    def sample(
-        self, prompt: tinker.ModelInput, num_samples: int, params: tinker.SamplingParams, *a: Any
-    ) -> Done:
-        seqs = []
-        for _ in range(num_samples):
-            n = int(self.rng.integers(MIN_COMPLETION, MAX_COMPLETION + 1))
-            seqs.append(
-                ttypes.SampledSequence(
-                    stop_reason="stop",
-                    sequence_id="s",
-                    tokens_np=self.rng.integers(0, 256, n).astype(np.int32),
-                    logprobs_np=np.full(n, -1.0, dtype=np.float32),
-                )
-            )
-        return Done(ttypes.SampleResponse(sequences=seqs))
-
-    def compute_logprobs(self, prompt: tinker.ModelInput) -> Done:
-        return Done([None] * prompt.length)
-
-
-@attrs.define
-class FakeTrainer:
-    rng: np.random.Generator
-    steps: int = 0
-
-    def forward_backward(self, data: list[tinker.Datum], loss_fn: str, config: Any = None) -> Done:
-        outs = [{"logprobs": d.loss_fn_inputs["logprobs"]} for d in data]
-        return Done(
-            ttypes.ForwardBackwardOutput(
-                loss_fn_output_type="x", loss_fn_outputs=outs, metrics={"loss:sum": 0.0}
-            )
-        )
-
-    def optim_step(self, params: tinker.AdamParams) -> Done:
-        self.steps += 1
-        return Done(ttypes.OptimStepResponse(metrics={"grad_norm": 1.0}))
-
-    def save_weights_and_get_sampling_client(self, name: str | None = None) -> FakeSampler:
-        return FakeSampler(self.rng)
-
-    def save_state(self, name: str) -> Done:
-        return Done(ttypes.SaveWeightsResponse(path=f"fake://{name}", type="save_weights"))
-
-    def save_weights_for_sampler(self, name: str) -> Done:
-        return Done(
-            ttypes.SaveWeightsForSamplerResponse(path=f"fake://s/{name}", type="save_weights_for_sampler")
-        )
-
-
-@attrs.define
-class FakeService:
-    def create_lora_training_client(
-        self, base_model: str, rank: int = 8, seed: int | None = None, **kw: Any
-    ) -> Done:
-        return Done(FakeTrainer(np.random.default_rng(0)))
 
 
 class AnswerEnv(Env):
@@ -176,7 +101,7 @@ def _loop_step_seconds(log_dir: Path) -> tuple[float, dict[str, float]]:
         rollout=RolloutConfig(),
     )
     t0 = time.perf_counter()
-    result = asyncio.run(train(config, service=FakeService()))  # type: ignore[arg-type]
+    result = asyncio.run(train(config, service=FakeService((MIN_COMPLETION, MAX_COMPLETION))))  # type: ignore[arg-type]
     total = time.perf_counter() - t0
     last = {k: float(v) for k, v in result.metrics[-1].items() if isinstance(v, int | float)}
     return total / STEPS, last
@@ -197,7 +122,8 @@ def test_rl_loop_step_overhead(benchmark: BenchmarkFixture, tmp_path: Path) -> N
 
 @pytest.mark.benchmark(group="rl-step")
 def test_rl_data_path_baseline(benchmark: BenchmarkFixture) -> None:
-    policy = TinkerTokenCompleter(FakeSampler(np.random.default_rng(0)), max_tokens=MAX_COMPLETION)  # type: ignore[arg-type]
+    sampler = FakeSampler(np.random.default_rng(0), (MIN_COMPLETION, MAX_COMPLETION))
+    policy = TinkerTokenCompleter(sampler, max_tokens=MAX_COMPLETION)  # type: ignore[arg-type]
     rollouts = asyncio.run(rollout_batch(W1Dataset().get_batch(0), policy, RolloutConfig()))
     groups = [r.group for r in rollouts if r.group is not None]
 

@@ -9,7 +9,6 @@ installed is asked of the import system (``importlib.util.find_spec``), nothing 
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Sequence
 
 __all__ = ["EXTRAS", "missing_extras", "missing_message"]
@@ -41,10 +40,13 @@ def _installed(module: str) -> bool:
 
 def missing_extras(command: str) -> dict[str, list[str]]:
     """The extras ``command`` needs that are not installed → their missing modules (``local``
-    is not needed by a command that uses the hosted service, ``TINKER_API_KEY`` set)."""
+    is not needed by a command that trains on a backend that does not need it: the hosted
+    service, ``TINKER_API_KEY`` set; ``Capabilities.extra``)."""
+    from tempering.backends import selected_backend
+
     out: dict[str, list[str]] = {}
     for extra in _COMMANDS.get(command, ()):
-        if extra == "local" and command in HOSTED and os.environ.get("TINKER_API_KEY"):
+        if extra == "local" and command in HOSTED and selected_backend().capabilities.extra != "local":
             continue
         gone = [m for m in EXTRAS[extra][1] if not _installed(m)]
         if gone:

@@ -91,10 +91,18 @@ def _is_remote(args: argparse.Namespace, paths: list[str]) -> bool:
     ``tinker://`` paths) rather than the local store's."""
     if args.base_url is not None or getattr(args, "hosted", False):
         return True
-    remote = [p for p in paths if p.startswith("tinker://")]
+    remote = [p for p in paths if _on_service(p)]
     if remote and len(remote) != len(paths):
         raise ValueError("give tinker:// paths (a service's) or tempering:// paths (the store's), not both")
     return bool(remote)
+
+
+def _on_service(path: str) -> bool:
+    """Whether ``path`` is a checkpoint of the Tinker SDK's service (the hosted one or
+    ``tempering serve``; by ``Capabilities.checkpoint_schemes``), which the REST client handles."""
+    from tempering.backends.hosted import HOSTED
+
+    return HOSTED.capabilities.owns_path(path)
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -140,7 +148,7 @@ def _export(args: argparse.Namespace) -> int:
 
     checkpoint, run_config = _resolve_checkpoint(args.checkpoint, args.name)
     try:
-        if checkpoint.startswith("tinker://"):
+        if _on_service(checkpoint):
             from tempering.local.remote import export_remote
 
             out = export_remote(
@@ -284,7 +292,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _drop(store: Any, path: str, remove: Any) -> None:
-    if path.startswith("tinker://"):
+    if _on_service(path):
         raise ValueError(
             f"{path} is on a service: pass --base-url URL (tempering serve) or --hosted to delete it there"
         )

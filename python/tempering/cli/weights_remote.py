@@ -89,6 +89,7 @@ def _prune(args: argparse.Namespace, remote: Any) -> int:
 def _prune_run_dir(args: argparse.Namespace, remote: Any) -> int:
     """A run directory whose checkpoints are on the service: the run's retention rule, with
     the ``tinker://`` paths deleted through the REST client."""
+    from tempering.backends.hosted import HOSTED
     from tempering.local.remote import delete_remote
     from tempering.training.retention import prune_run
     from tempering.training.rundir import RunDir
@@ -100,7 +101,7 @@ def _prune_run_dir(args: argparse.Namespace, remote: Any) -> int:
         raise ValueError(f"{run.path} is not a run directory (no checkpoints.jsonl)")
 
     def remove(path: str) -> None:
-        if not path.startswith("tinker://"):
+        if not HOSTED.capabilities.owns_path(path):
             raise ValueError(f"{path} is not on {remote.describe()}; prune it without --base-url/--hosted")
         delete_remote(remote, [path])
 

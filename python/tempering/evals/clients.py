@@ -23,7 +23,8 @@ from collections.abc import AsyncGenerator
 
 import attrs
 
-from tempering.backend import ServiceClient, ending_session, service_client, uses_hosted_service
+from tempering.backend import ServiceClient, ending_session, service_client
+from tempering.backends import selected_backend
 from tempering.model_info import resolve_renderer_name
 from tempering_protocols import SamplingClient
 
@@ -58,7 +59,7 @@ class ModelSource:
         """``serve <url>``, ``hosted`` or ``local`` (for reports)."""
         if self.base_url is not None:
             return f"server {self.base_url}"
-        return "hosted" if uses_hosted_service() else "local"
+        return selected_backend().name
 
     def service(self) -> ServiceClient:
         """A new service client for this source's backend."""

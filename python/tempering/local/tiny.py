@@ -31,6 +31,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 
 from tempering.fs import naming
 from tempering.local._hf import GLOBAL_RNG_LOCK, quiet_progress
+from tempering.model_info import TINY_MODEL
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -42,8 +43,6 @@ __all__ = [
     "tiny_model_dir",
 ]
 
-TINY_MODEL = "tempering/tiny"
-"""The ``base_model`` name of the built-in tiny model."""
 
 _VERSION = 1
 """Bump when the architecture, tokenizer or initialisation changes (names the cache entry)."""

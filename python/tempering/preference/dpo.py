@@ -37,6 +37,7 @@ import tinker
 import torch
 
 from tempering.backend import ModelConfig, ServiceClient
+from tempering.backends import require
 from tempering.preference.data import ComparisonData, pair_datums, reference_input
 from tempering.renderers import get_renderer
 from tempering.training import (
@@ -232,6 +233,7 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
         service=service,
     )
     async with loop:  # closes the sinks and the bar on error too
+        require(loop.client, "custom_loss", "DPO (its loss goes through forward_backward_custom)")
         renderer = get_renderer(config.model.renderer(), loop.client.get_tokenizer())
         reference = await _reference_sampler(loop)
         make_data = functools.partial(

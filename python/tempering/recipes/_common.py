@@ -30,13 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 import attrs
 
-from tempering.backend import (
-    ServiceClient,
-    ending_session,
-    load_renderer,
-    service_client,
-    uses_hosted_service,
-)
+from tempering.backend import ServiceClient, ending_session, load_renderer, service_client
+from tempering.backends import selected_backend, serving
 from tempering.fs import LOCK_NAME, DirLock, require_directory
 from tempering.model_info import TINY_MODEL, Stage, check_learning_rate, default_learning_rate
 
@@ -266,24 +261,45 @@ def prepare_run_dir(name: str, out: str | None) -> tuple[Path, DirLock]:
 
 def recipe_service(base_model: str) -> ServiceClient:
     """:func:`tempering.service_client` (hosted when ``TINKER_API_KEY`` is set, else the local
-    engine), refusing the built-in tiny model on the hosted service with a message that says what
-    to pass instead."""
-    if uses_hosted_service() and base_model == TINY_MODEL:
-        raise ValueError(
-            f"TINKER_API_KEY is set (hosted service) but base_model is {TINY_MODEL!r}, which only the "
-            "local engine has: pass --base-model with a model the service serves, e.g. "
-            "--base-model Qwen/Qwen3-4B-Instruct-2507 --renderer-name qwen3_disable_thinking "
-            "(docs/recipes/hosted.md), or unset TINKER_API_KEY to run locally"
-        )
+    engine), refusing a model only another backend serves (the built-in tiny model on the
+    hosted service) with a message that says what to pass instead (:func:`refuse_unserved_model`)."""
+    refuse_unserved_model(base_model, "--base-model")
     return service_client()
+
+
+def refuse_unserved_model(base_model: str, flag: str, *, alternative: str = "") -> None:
+    """Refuse ``base_model`` (given as ``flag``) when another backend than the selected one
+    alone serves it (``Capabilities.builtin_models``), naming why the selected backend is in
+    use, a model it serves, and how to select the one that has it. ``alternative``: another
+    way out, said last (``or --teacher``)."""
+    backend = selected_backend()
+    owner = serving(base_model)
+    if owner is None or owner is backend:
+        return
+    raise ValueError(
+        f"{backend.selected_because} but {flag} is {base_model!r}, which only {owner.title} has: "
+        f"pass {flag} with a model {backend.title} serves, {backend.model_hint}, or {owner.how_to_select}"
+        + (f", or {alternative}" if alternative else "")
+    )
+
+
+def trains_tiny_from_scratch(base_model: str) -> bool:
+    """Whether ``base_model`` is the built-in tiny model on a backend that has it and trains
+    every parameter (the local engine): it starts from random weights, so its recipes default
+    to full fine-tuning at a higher learning rate."""
+    capabilities = selected_backend().capabilities
+    return (
+        base_model == TINY_MODEL and base_model in capabilities.builtin_models and capabilities.full_training
+    )
 
 
 def default_lora_rank(base_model: str, lora_rank: int | None) -> int:
     """``lora_rank`` if given; else 0 (full fine-tuning) for the tiny model on the local engine,
-    which starts from random weights, and 32 (LoRA) for any other model."""
+    which starts from random weights (:func:`trains_tiny_from_scratch`), and 32 (LoRA) for any
+    other model."""
     if lora_rank is not None:
         return lora_rank
-    return 0 if base_model == TINY_MODEL and not uses_hosted_service() else 32
+    return 0 if trains_tiny_from_scratch(base_model) else 32
 
 
 def fresh_model(
@@ -341,7 +357,7 @@ def recipe_learning_rate(
     """
     if learning_rate is not None:
         return check_learning_rate(learning_rate)
-    if tiny is not None and base_model == TINY_MODEL and not uses_hosted_service():
+    if tiny is not None and trains_tiny_from_scratch(base_model):
         return tiny
     return default_learning_rate(base_model, stage)
 

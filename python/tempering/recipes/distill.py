@@ -54,11 +54,18 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from tempering.backend import ModelConfig, load_tokenizer, uses_hosted_service
+from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.reverse_kl import heldout_reverse_kl
-from tempering.recipes._common import TINY_MODEL, RecipeConfig, RecipeResult, default_lora_rank, fresh_model
+from tempering.recipes._common import (
+    RecipeConfig,
+    RecipeResult,
+    default_lora_rank,
+    fresh_model,
+    refuse_unserved_model,
+    trains_tiny_from_scratch,
+)
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
 from tempering.training.checkpoints import open_sampler, sampler_weights
 from tempering_protocols import SamplingClient
@@ -156,11 +163,8 @@ class OnPolicyDistillRecipe(RecipeConfig):
                 and Path(given).resolve().is_relative_to(out)
             ):
                 raise ValueError(f"{flag} {given!r} is inside --out {self.out!r}, which the recipe replaces")
-        if self.teacher is None and self.teacher_base() == TINY_MODEL and uses_hosted_service():
-            raise ValueError(
-                f"TINKER_API_KEY is set (hosted service) but --teacher-model is {TINY_MODEL!r}, which only "
-                "the local engine has: pass --teacher-model with a model the service serves, or --teacher"
-            )
+        if self.teacher is None:
+            refuse_unserved_model(self.teacher_base(), "--teacher-model", alternative="--teacher")
         return await super().__call__()
 
     def teacher_base(self) -> str:
@@ -205,7 +209,7 @@ async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base:
     student_state = config.student_init_state
     if student_state is not None:
         extra["student_init"] = f"state {student_state}"
-    elif config.base_model == TINY_MODEL and rank == 0 and not uses_hosted_service():
+    elif trains_tiny_from_scratch(config.base_model) and rank == 0:
         # A fresh tiny model of its own initialisation (the built-in one is seed 0's).
         from tempering.local.tiny import build_tiny_model
 

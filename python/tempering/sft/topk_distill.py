@@ -38,6 +38,7 @@ import numpy.typing as npt
 import tinker
 from tinker import types as ttypes
 
+from tempering.backends import require
 from tempering_protocols import Future, SamplingClient, Tokenizer
 
 __all__ = [
@@ -122,6 +123,7 @@ async def teacher_topk(
         raise ValueError(f"k (teacher tokens per position) must be >= 1, got {k}")
     if len(tokens_T) < 2:
         raise ValueError(f"a sequence to distil needs at least 2 tokens, got {len(tokens_T)}")
+    require(teacher, "topk_logprobs", "top-K distillation (the teacher's sampler)")
     sampler = cast("_TopkSampler", teacher)
     params = tinker.SamplingParams(max_tokens=1, temperature=1.0)
     response = await sampler.sample(

@@ -3,10 +3,10 @@
 A run's index (``checkpoints.jsonl``) lists its checkpoints oldest first. :func:`prune_run`
 removes all but the newest ``keep_last`` periodic ones (so never the newest, which a resume
 starts from), and never a final checkpoint (``final: true``, written at the end of a run);
-
-deletes their saved weights through ``remove`` (a callable that knows the path's scheme), and
-rewrites the index without them, atomically. ``RunConfig.keep_last`` applies it after every
-periodic save; ``tempering checkpoints prune RUN_DIR --keep-last N`` applies it by hand.
+deletes their saved weights through ``remove`` (:func:`checkpoint_remover`: as the path's
+backend says, :mod:`tempering.backends`), and rewrites the index without them, atomically.
+``RunConfig.keep_last`` applies it after every periodic save; ``tempering checkpoints prune
+RUN_DIR --keep-last N`` applies it by hand.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from tempering.backends import backend_for_path
 from tempering.training.rundir import CheckpointRecord, RunDir
 
 __all__ = ["checkpoint_remover", "prunable", "prune_run"]
@@ -22,29 +23,28 @@ log = logging.getLogger(__name__)
 
 
 def checkpoint_remover(client: object) -> Callable[[str], None]:
-    """A ``remove`` for :func:`prune_run` that deletes what ``client`` saved: ``tempering://``
-    paths and checkpoint directories from the local engine's store (the client's own, when it
-    is a local training client). ``tinker://`` paths are left to the hosted service's own
-    expiry (a warning says so once): deleting them needs its REST client
+    """A ``remove`` for :func:`prune_run` that deletes what ``client`` saved, as the backend of
+    each path says (:func:`tempering.backends.backend_for_path`): a backend that declares
+    ``trainer_deletes_checkpoints`` deletes it (the local engine: ``tempering://`` paths and
+    checkpoint directories, from the client's own store when it is a local training client);
+    any other (the hosted service's ``tinker://`` paths) keeps it for the service's own expiry,
+    and a warning says so once: deleting those needs the service's REST client
     (``tempering checkpoints rm``)."""
-    from tempering.local.checkpoints import CheckpointStore
-    from tempering.local.inventory import remove_checkpoint
-
-    store = getattr(client, "checkpoint_store", None)
-    local = store if isinstance(store, CheckpointStore) else CheckpointStore()
     warned: list[bool] = []
 
     def remove(path: str) -> None:
-        if path.startswith("tinker://"):
+        backend = backend_for_path(path, client)
+        if not backend.capabilities.trainer_deletes_checkpoints:
             if not warned:
                 warned.append(True)
                 log.warning(
-                    "keep_last: %s and other tinker:// checkpoints are not deleted by the trainer; "
+                    "keep_last: %s and other checkpoints on %s are not deleted by the trainer; "
                     "remove them with `tempering checkpoints rm` or let the service expire them",
                     path,
+                    backend.title or backend.name,
                 )
             raise _KeptRemotelyError(path)
-        remove_checkpoint(local, path)
+        backend.remove_checkpoint(path, client)
 
     return remove
 

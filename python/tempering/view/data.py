@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tempering.backend import load_tokenizer
+from tempering.backends import serving
 from tempering.training.rundir import RunDir
 from tempering.view.curves import MAX_POINTS, downsample, metric_series
 from tempering.view.runs import NotARunError, Run, Stage, find_runs
@@ -102,9 +103,10 @@ def _text_records(d: Path, step: int) -> dict[str, dict[str, Any]]:
 
 @functools.cache
 def _tokenizer(base_model: str) -> Any:
-    """The run's tokenizer when it can be had offline (the built-in tiny model, or a local
-    model directory); ``None`` otherwise (the viewer never downloads)."""
-    if base_model != "tempering/tiny" and not Path(base_model).is_dir():
+    """The run's tokenizer when it can be had offline (a backend's built-in model such as
+    ``tempering/tiny``, or a local model directory); ``None`` otherwise (the viewer never
+    downloads)."""
+    if serving(base_model) is None and not Path(base_model).is_dir():
         return None
     try:
         return load_tokenizer(base_model)
