@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import tinker
 
-from tempering.rl.data import trajectories_to_batch
-from tempering.rl.data import RaggedBatch
+from tempering.rl.data import RaggedBatch, trajectories_to_batch
 from tempering.rl.shaping import Distill, KLPenalty, Teachers, TokenTerm, shape_advantages
 from tempering_protocols import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
