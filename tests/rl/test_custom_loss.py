@@ -59,7 +59,8 @@ def test_the_documented_custom_loss_trains(service: ServiceClient, tmp_path: Pat
         assert np.isfinite(float(line["optim/loss_sum"]))
         assert float(line["optim/grad_norm"]) > 0.0
     rewards = [float(m["env/reward/mean"]) for m in metrics]
-    assert np.mean(rewards[-2:]) > rewards[0], rewards  # it learns (measured: +0.3 to +0.5)
+    # it learns: last two steps over step 0 by +0.20 at seed 0; +0.03 to +0.29 over seeds 0-4
+    assert np.mean(rewards[-2:]) > rewards[0], rewards
 
 
 @attrs.frozen
