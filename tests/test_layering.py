@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "tempering.assets",
                 "tempering.grading",
                 "tempering.model_info",
+                "tempering.losses",
                 "tempering.fs",
                 "tempering.tools",
             }

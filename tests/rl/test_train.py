@@ -10,6 +10,7 @@ which group depends on timing, so its assertions keep a wide margin."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import importlib.util
 import json
 import math
@@ -28,12 +29,18 @@ from tempering.envs import NimGroupBuilder
 from tempering.envs.tasks import LowercaseTask
 from tempering.local import ServiceClient
 from tempering.renderers import get_renderer
-from tempering.rl.data import compute_advantages, strip_loss_inputs, trajectories_to_datums
+from tempering.rl.data import (
+    compute_advantages,
+    remove_constant_reward_groups,
+    strip_loss_inputs,
+    trajectories_to_datums,
+)
 from tempering.rl.policy import TinkerTokenCompleter
 from tempering.rl.rollouts import RolloutConfig, rollout_group
 from tempering.rl.train import RLConfig, train
+from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.training import TEST_KILL_ENV, AdamConfig, LRSchedule, RunConfig
-from tempering_protocols import EnvGroupBuilder, RLDataset
+from tempering_protocols import EnvGroupBuilder, RLDataset, TrajectoryGroup
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("tempering_tests_rl_script", HERE / "rl_script.py")
@@ -239,3 +246,35 @@ def test_sigkill_then_resume_is_exact(service: ServiceClient, local_root: Path, 
     reference = asyncio.run(rl_script.config(str(tmp_path / "reference"))(service)).metrics
     _assert_same_run(lines, reference)
     assert sum(float(line["optim/substeps"]) for line in lines) > 0  # type: ignore[arg-type]
+
+
+def test_constant_reward_groups_are_filtered_once_and_counted(
+    service: ServiceClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each group is tested for constant rewards once (it was twice: counted, then filtered),
+    and the count logged is the groups training dropped (those the trajectory log marks
+    untrained)."""
+    tested: list[int] = []
+
+    def counting(groups: Sequence[TrajectoryGroup]) -> tuple[list[TrajectoryGroup], int]:
+        tested.append(len(groups))
+        return remove_constant_reward_groups(groups)
+
+    train_module = importlib.import_module("tempering.rl.train")  # the module (``rl.train`` is the function)
+    monkeypatch.setattr(train_module, "remove_constant_reward_groups", counting)
+    config = _config(
+        tmp_path / "run",
+        dataset=LowercaseTask(batch_size=4, group_size=2),
+        num_steps=2,
+        max_tokens=1,  # one-token replies: rewards 0 or 1, so some pairs agree
+        schedule="streaming",
+        num_substeps=2,
+        log_trajectories=True,
+    )
+    metrics = asyncio.run(train(config, service=service)).metrics
+    assert sum(tested) == 2 * 4, tested  # every group of both steps, once
+    eps = episodes_table(read_trajectories(tmp_path / "run")).to_pylist()
+    untrained = [{(e["group"]) for e in eps if e["step"] == s and not e["trained"]} for s in range(2)]
+    counted = [float(m["env/n_constant_reward_groups"]) for m in metrics]  # type: ignore[arg-type]
+    assert counted == [float(len(u)) for u in untrained]
+    assert sum(counted) > 0  # the case is exercised: some groups are constant

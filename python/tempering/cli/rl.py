@@ -20,6 +20,7 @@ import tyro
 from tempering.envs.arithmetic import ArithmeticProblems
 from tempering.envs.tasks import ArithmeticTask, LowercaseTask
 from tempering.rl.train import RLConfig
+from tempering_protocols import CustomLossFn
 
 __all__ = ["RLCommandConfig"]
 
@@ -33,3 +34,5 @@ class RLCommandConfig(RLConfig):
         | LowercaseTask
         | Annotated[ArithmeticProblems, tyro.conf.subcommand(name="arithmetic-demo")]
     ) = attrs.field(factory=ArithmeticTask)  # pyright: ignore[reportIncompatibleVariableOverride]
+    custom_loss: Annotated[CustomLossFn | None, tyro.conf.Suppress] = None
+    """A Python callable: set in code (docs/rl.md, Custom losses), not from the command line."""

@@ -1,37 +1,7 @@
-"""The built-in losses, and the checks that turn a list of datums into one padded batch.
-
-Every loss is a sum over tokens (reduction ``sum``) of an elementwise term, as the hosted
-service defines them. With ``lp`` the trainer's log-probability of ``target_tokens``, ``q`` the
-sampler's (``logprobs`` input), ``A`` the ``advantages``, ``r = exp(lp - q)`` and ``sg`` a
-stop-gradient:
-
-======================  ======================================================  ==========================
-loss                    loss (summed over tokens)                                config (default)
-======================  ======================================================  ==========================
-``cross_entropy``       ``-weights * lp`` (also ``[T, K]`` targets and weights)  —
-``importance_sampling`` ``-r * A``                                               —
-``ppo``                 ``-min(r * A, clip(r, low, high) * A)``                  ``clip_low_threshold`` (0.8),
-                                                                                 ``clip_high_threshold`` (1.2)
-``cispo``               ``-sg(clip(r, low, high)) * lp * A``                     ``clip_low_threshold`` (0.0),
-                                                                                 ``clip_high_threshold`` (4.0)
-``dro``                 ``-(lp * A - beta / 2 * (lp - q) ** 2)``                 ``beta`` (0.1)
-``gspo``                ``-min(s_t * A, clip(s_t, low, high) * A)``, with        ``clip_low_threshold``
-                        ``s_t = exp(mean_M(sg(lp) - q) + lp - sg(lp))``          (0.9997),
-                        (``M``: the datum's ``sequence_ratio_mask != 0``)        ``clip_high_threshold``
-                                                                                 (1.0004)
-``stable_reinforce``    ``-sg(r) * A * lp + kl_coeff * (r - 1 - log r)``         ``kl_coeff`` (0.01)
-======================  ======================================================  ==========================
-
-``ppo``, ``cispo`` and ``gspo`` also take per-token ``clip_low_threshold`` /
-``clip_high_threshold`` in ``loss_fn_inputs``; they override the config for that datum. ``gspo``
-(GSPO-token) gives every token its datum's sequence ratio ``s`` (the geometric mean of ``r``
-over the tokens ``sequence_ratio_mask`` marks) as value and its own ``lp``'s gradient; its
-clip defaults are the GSPO paper's (the hosted service does not publish its own).
-``stable_reinforce`` on the hosted service reads sampling-time information recorded by the
-server (``record_stability_info`` and datum provenance); its exact objective is not published.
-The local engine's is REINFORCE with a stop-gradient importance weight plus ``kl_coeff`` times
-the ``k3`` estimate of ``KL(q || p)`` against the sampler, from the ``logprobs`` input; datum
-provenance, if given, is not needed and is ignored. See docs/rl.md.
+"""The local engine's side of the built-in losses: the checks that turn a list of datums into
+one padded batch. The losses themselves (names, inputs, config defaults, elementwise terms) are
+:data:`tempering.losses.LOSSES`, shared with the RL loop and the CLI; the table of formulas is
+there and in docs/rl.md.
 
 Shapes of one datum (``T`` = number of input tokens):
 
@@ -50,7 +20,7 @@ field                    shape                      meaning
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +29,7 @@ import tinker
 import torch
 
 from tempering.local.errors import DatumError, LossConfigError, UnknownLossError
+from tempering.losses import LOSSES, LossSpec
 
 __all__ = [
     "BUILTIN_LOSSES",
@@ -72,120 +43,11 @@ __all__ = [
     "resolve_config",
 ]
 
-Objective = Callable[[torch.Tensor, Mapping[str, torch.Tensor], Mapping[str, float]], torch.Tensor]
-"""``(lp_B_L_K, inputs, config) -> elementwise loss [B, L, K]``; padding is masked afterwards."""
+BuiltinLoss = LossSpec
+"""One built-in loss (:class:`tempering.losses.LossSpec`)."""
 
-
-def _cross_entropy(
-    lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]
-) -> torch.Tensor:
-    return -lp * inputs["weights"]
-
-
-def _ratio(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    return torch.exp(lp - inputs["logprobs"])
-
-
-def _importance_sampling(
-    lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]
-) -> torch.Tensor:
-    return -_ratio(lp, inputs) * inputs["advantages"]
-
-
-def _ppo(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]) -> torch.Tensor:
-    ratio = _ratio(lp, inputs)
-    clipped = torch.clamp(ratio, inputs["clip_low_threshold"], inputs["clip_high_threshold"])
-    advantages = inputs["advantages"]
-    return -torch.minimum(ratio * advantages, clipped * advantages)
-
-
-def _cispo(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]) -> torch.Tensor:
-    ratio = _ratio(lp, inputs)
-    clipped = torch.clamp(ratio, inputs["clip_low_threshold"], inputs["clip_high_threshold"]).detach()
-    return -clipped * lp * inputs["advantages"]
-
-
-def _dro(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], cfg: Mapping[str, float]) -> torch.Tensor:
-    quadratic = (lp - inputs["logprobs"]) ** 2
-    return -(lp * inputs["advantages"] - 0.5 * cfg["beta"] * quadratic)
-
-
-def _gspo(lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], _cfg: Mapping[str, float]) -> torch.Tensor:
-    """GSPO-token: each token's ratio has its datum's sequence ratio as value (the geometric
-    mean of ``r`` over the marked tokens) and its own logprob's gradient."""
-    in_ratio = (inputs["sequence_ratio_mask"] != 0).to(lp.dtype)
-    log_ratio = (lp.detach() - inputs["logprobs"]) * in_ratio
-    sequence_B_1_1 = log_ratio.sum(dim=(1, 2), keepdim=True) / in_ratio.sum(dim=(1, 2), keepdim=True)
-    ratio = torch.exp(sequence_B_1_1 + lp - lp.detach())
-    clipped = torch.clamp(ratio, inputs["clip_low_threshold"], inputs["clip_high_threshold"])
-    advantages = inputs["advantages"]
-    return -torch.minimum(ratio * advantages, clipped * advantages)
-
-
-def _stable_reinforce(
-    lp: torch.Tensor, inputs: Mapping[str, torch.Tensor], cfg: Mapping[str, float]
-) -> torch.Tensor:
-    log_ratio = lp - inputs["logprobs"]
-    ratio = torch.exp(log_ratio)
-    k3 = ratio - 1.0 - log_ratio
-    return -ratio.detach() * inputs["advantages"] * lp + cfg["kl_coeff"] * k3
-
-
-@dataclass(frozen=True)
-class BuiltinLoss:
-    """One built-in loss: the inputs it reads and its elementwise term."""
-
-    name: str
-    required: tuple[str, ...]
-    """``loss_fn_inputs`` keys it needs besides ``target_tokens``."""
-    per_token_config: tuple[str, ...]
-    """Config keys a datum may also give per token in ``loss_fn_inputs``."""
-    config_defaults: Mapping[str, float]
-    allows_topk: bool
-    """Whether ``target_tokens`` may be ``[T, K]``."""
-    objective: Objective
-    nonzero: tuple[str, ...] = ()
-    """Required inputs that must be nonzero somewhere in every datum."""
-
-
-_CLIP = ("clip_low_threshold", "clip_high_threshold")
-
-BUILTIN_LOSSES: Mapping[str, BuiltinLoss] = {
-    loss.name: loss
-    for loss in (
-        BuiltinLoss("cross_entropy", ("weights",), (), {}, True, _cross_entropy),
-        BuiltinLoss("importance_sampling", ("logprobs", "advantages"), (), {}, False, _importance_sampling),
-        BuiltinLoss(
-            "ppo",
-            ("logprobs", "advantages"),
-            _CLIP,
-            {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
-            False,
-            _ppo,
-        ),
-        BuiltinLoss(
-            "cispo",
-            ("logprobs", "advantages"),
-            _CLIP,
-            {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
-            False,
-            _cispo,
-        ),
-        BuiltinLoss("dro", ("logprobs", "advantages"), (), {"beta": 0.1}, False, _dro),
-        BuiltinLoss(
-            "gspo",
-            ("logprobs", "advantages", "sequence_ratio_mask"),
-            _CLIP,
-            {"clip_low_threshold": 1.0 - 3e-4, "clip_high_threshold": 1.0 + 4e-4},
-            False,
-            _gspo,
-            nonzero=("sequence_ratio_mask",),
-        ),
-        BuiltinLoss(
-            "stable_reinforce", ("logprobs", "advantages"), (), {"kl_coeff": 0.01}, False, _stable_reinforce
-        ),
-    )
-}
+BUILTIN_LOSSES: Mapping[str, LossSpec] = LOSSES
+"""The losses the local engine implements: every one of :data:`tempering.losses.LOSSES`."""
 
 
 def get_loss(name: str) -> BuiltinLoss:

@@ -64,8 +64,8 @@ from tempering.backend import ModelConfig, load_renderer, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.stats import Spread
+from tempering.losses import RLLossName
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
-from tempering.rl.train import LossName
 from tempering.training import RunDir
 from tempering.training.schedule import ScheduleKind
 
@@ -164,7 +164,7 @@ class DemoConfig:
     """Peak learning rate of the RL stage."""
     rl_lr_schedule: ScheduleKind = "linear"
     """``constant``, ``linear`` (decay to 0 at the last step) or ``cosine``."""
-    rl_loss_fn: LossName = "importance_sampling"
+    rl_loss_fn: RLLossName = "importance_sampling"
     """The RL loss (docs/rl.md, Losses)."""
     rl_num_substeps: int = 1
     """Optimizer steps per RL batch (the batch is split into this many minibatches)."""

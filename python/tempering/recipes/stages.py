@@ -48,7 +48,7 @@ from tempering_protocols import SamplingClient, TrainOnWhat
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
-    from tempering.rl.train import LossName
+    from tempering.losses import RLLossName
     from tempering.training import AdamConfig, TrainResult
     from tempering_protocols import RLDatasetBuilder, SamplingClientEvaluator
 
@@ -155,7 +155,7 @@ class RLStage(_FromFlags):
     lr_schedule: ScheduleKind = "constant"
     eval_every: int = 0
     save_every: int = 0
-    loss_fn: LossName = "importance_sampling"
+    loss_fn: RLLossName = "importance_sampling"
     num_substeps: int = 1
     beta2: float = 0.98
 

@@ -58,11 +58,11 @@ from typing_extensions import TypedDict
 
 from tempering import _core
 from tempering.data.datums import datum_model_input, from_packed, packed_datums
+from tempering.losses import LOSSES
 from tempering.rl.kl import incorporate_kl_penalty, reference_logprobs
 from tempering_protocols import FloatArray, TrajectoryGroup
 
 __all__ = [
-    "LOSS_FN_INPUT_KEYS",
     "Baseline",
     "DataError",
     "DatumMetadata",
@@ -354,27 +354,9 @@ def trajectories_to_datums(
 # ------------------------------------------------------------------------------ sending
 
 
-LOSS_FN_INPUT_KEYS: dict[str, frozenset[str]] = {
-    "cross_entropy": frozenset({"target_tokens", "weights"}),
-    **{
-        name: frozenset(
-            {
-                "target_tokens",
-                "logprobs",
-                "advantages",
-                "clip_low_threshold",
-                "clip_high_threshold",
-                "sequence_ratio_mask",
-            }
-        )
-        for name in ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
-    },
-}
-"""The ``loss_fn_inputs`` keys each built-in loss accepts (optional ones pass when present)."""
-
-
 def strip_loss_inputs(data_D: Sequence[tinker.Datum], loss_fn: LossFnType) -> list[tinker.Datum]:
-    """New datums holding only the ``loss_fn_inputs`` that ``loss_fn`` takes.
+    """New datums holding only the ``loss_fn_inputs`` that ``loss_fn`` takes
+    (:attr:`tempering.losses.LossSpec.accepted_inputs`).
 
     The hosted service expects only a loss's own inputs; ``mask`` (and anything else) is for
     client-side use. For ``"custom"`` losses (computed client-side) only ``mask`` is removed.
@@ -384,7 +366,8 @@ def strip_loss_inputs(data_D: Sequence[tinker.Datum], loss_fn: LossFnType) -> li
 
         training_client.forward_backward(strip_loss_inputs(data_D, "ppo"), "ppo")
     """
-    keep = LOSS_FN_INPUT_KEYS.get(loss_fn)
+    spec = LOSSES.get(loss_fn)
+    keep = spec.accepted_inputs if spec is not None else None
     out: list[tinker.Datum] = []
     for d in data_D:
         wanted = {

@@ -24,8 +24,9 @@ from tinker import types as ttypes
 
 from tempering.rl.data import RaggedBatch
 from tempering.rl.rollouts import GroupRollout
+from tempering_protocols import Future
 
-__all__ = ["Timers", "mismatch_metrics", "rollout_metrics"]
+__all__ = ["Substep", "Timers", "mismatch_metrics", "rollout_metrics", "substep_metrics"]
 
 
 def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> dict[str, float]:
@@ -118,6 +119,43 @@ def mismatch_metrics(batch: RaggedBatch, fb: ttypes.ForwardBackwardOutput) -> di
         "kl/sample_train_v2": float(0.5 * (diff**2).mean()),
         "entropy/sampled": float(-batch.logprobs_N[mask_N].astype(np.float64).mean()),
     }
+
+
+@attrs.define
+class Substep:
+    """One optimizer substep in flight: its futures, its minibatch, its metrics so far."""
+
+    fb: Future[ttypes.ForwardBackwardOutput]
+    opt: Future[ttypes.OptimStepResponse]
+    batch: RaggedBatch
+    extra: dict[str, float]
+
+
+async def substep_metrics(substeps: Sequence[Substep], *, loss_metrics: bool) -> dict[str, float]:
+    """A step's results, once its substeps finish: the means over substeps of
+    :func:`mismatch_metrics`, of each substep's ``extra`` and (``loss_metrics``: a custom loss's)
+    the loss's own metrics; ``tokens/trained``; ``optim/loss_sum`` and ``optim/grad_norm`` (means).
+    """
+    out: dict[str, float] = {}
+    losses: list[float] = []
+    norms: list[float] = []
+    trained = 0.0
+    for sub in substeps:
+        fb = await sub.fb
+        opt = await sub.opt
+        losses.append(fb.metrics.get("loss:sum", math.nan))
+        if opt.metrics is not None and "grad_norm" in opt.metrics:
+            norms.append(float(opt.metrics["grad_norm"]))
+        trained += float(sub.batch.mask_N.sum())
+        own = {k: v for k, v in fb.metrics.items() if k != "loss:sum"} if loss_metrics else {}
+        for k, v in {**mismatch_metrics(sub.batch, fb), **sub.extra, **own}.items():
+            out[k] = out.get(k, 0.0) + v / len(substeps)
+    out["tokens/trained"] = trained
+    if losses:
+        out["optim/loss_sum"] = float(np.mean(losses))
+    if norms:
+        out["optim/grad_norm"] = float(np.mean(norms))
+    return out
 
 
 @attrs.define

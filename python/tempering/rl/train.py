@@ -5,9 +5,10 @@ Shapes (docs/notation.md): ``P`` groups of a batch, ``G`` members of a group, ``
 
 Every step ``s`` takes ``P`` scored groups, splits them into ``S = num_substeps`` minibatches and,
 for each, computes advantages on the Rust core (constant-reward groups dropped and counted, except
-with a distillation teacher, whose per-token signal they still carry),
-packs datums, optionally adds a KL penalty against a reference policy and a distillation term
-from a teacher, and queues ``forward_backward`` + ``optim_step``. Where the groups come from is
+with a distillation teacher, whose per-token signal they still carry), packs datums, adds the
+per-token shaping terms (a distillation term from a teacher, a KL penalty against a reference
+policy: :mod:`tempering.rl.shaping`) and queues ``forward_backward`` (or, with
+``RLConfig.custom_loss``, ``forward_backward_custom``) + ``optim_step``. Where the groups come from is
 the schedule (``sync``, ``streaming`` or ``async``; the table is in :mod:`tempering.rl.schedules`).
 
 Seeding: with ``RLConfig.seed`` (default 0) every sampling request is seeded from the run's seed
@@ -43,15 +44,14 @@ from typing import Literal, TypeAlias
 import attrs
 import numpy as np
 import numpy.typing as npt
-from tinker import types as ttypes
 
 from tempering.backend import ModelConfig, ServiceClient
 from tempering.evals.suite import EvalSuite
+from tempering.losses import RLLossName
 from tempering.policy import bind_policy
 from tempering.rl.batch_policy import BatchPolicy, BatchShaper, refill_rollouts
 from tempering.rl.data import (
     Baseline,
-    RaggedBatch,
     compute_advantages,
     remove_constant_reward_groups,
     trajectories_to_batch,
@@ -60,7 +60,7 @@ from tempering.rl.executor_factory import executor_metrics, make_executor
 from tempering.rl.executors import RolloutExecutor
 from tempering.rl.importance import ImportanceCorrection, correct_importance
 from tempering.rl.loss_inputs import loss_datums
-from tempering.rl.metrics import Timers, mismatch_metrics, rollout_metrics
+from tempering.rl.metrics import Substep, Timers, rollout_metrics, substep_metrics
 from tempering.rl.policy import TinkerTokenCompleter, sampling_seed
 from tempering.rl.rollouts import (
     GroupRollout,
@@ -71,14 +71,14 @@ from tempering.rl.rollouts import (
     warn_if_nothing_to_learn,
 )
 from tempering.rl.schedules import AsyncGroups, as_completed, in_order
-from tempering.rl.teachers import Teachers, apply_teachers_and_reference
+from tempering.rl.shaping import TokenTerm, open_terms, shape_advantages
 from tempering.rl.test_set import evaluate_test_set
 from tempering.rl.trajectories import StepLog, TrajectoryLog
 from tempering.training.loop import PendingStep, RunConfig, TrainingLoop, TrainResult, run_pipelined
 from tempering.training.schedule import AdamConfig
 from tempering_protocols import (
+    CustomLossFn,
     EnvGroupBuilder,
-    Future,
     RLDataset,
     RLDatasetBuilder,
     SamplingClient,
@@ -86,7 +86,6 @@ from tempering_protocols import (
 )
 
 __all__ = [
-    "LossName",
     "RLConfig",
     "Schedule",
     "rollout_metrics",
@@ -94,7 +93,6 @@ __all__ = [
 ]
 
 Schedule: TypeAlias = Literal["sync", "streaming", "async"]
-LossName: TypeAlias = Literal["importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"]
 StalePolicy: TypeAlias = Literal["drop", "resample"]
 Float32Array = npt.NDArray[np.float32]
 
@@ -122,10 +120,14 @@ class RLConfig:
     """Tokens per sampled turn."""
     temperature: float = 1.0
     """Sampling temperature of every rollout turn."""
-    loss_fn: LossName = "importance_sampling"
-    """The policy-gradient loss (docs/rl.md, Losses)."""
+    loss_fn: RLLossName = "importance_sampling"
+    """The policy-gradient loss (docs/rl.md, Losses; the names: :data:`tempering.losses.LOSSES`)."""
     loss_fn_config: Mapping[str, float] | None = None
     """The loss's settings (clip thresholds, beta, kl_coeff); ``None``: its defaults."""
+    custom_loss: CustomLossFn | None = None
+    """A client-side loss ``(data_D, logprobs_D) -> (loss, metrics)`` trained with
+    ``forward_backward_custom`` instead of ``loss_fn``; its datums carry every input (``logprobs``,
+    ``advantages``, ``mask``), its metrics are logged as named (docs/rl.md, Custom losses)."""
     normalize_advantages: bool = False
     """Divide each group's advantages by their standard deviation."""
     baseline: Baseline = "mean"
@@ -180,6 +182,11 @@ class RLConfig:
         if self.max_steps_off_policy < 0:
             raise ValueError(f"max_steps_off_policy must be >= 0, got {self.max_steps_off_policy}")
         self.batch.check_schedule(self.schedule)
+        if self.custom_loss is not None and self.loss_fn_config is not None:
+            raise ValueError(
+                "loss_fn_config configures the built-in loss_fn, which custom_loss replaces: "
+                "drop loss_fn_config and give the custom loss its settings itself"
+            )
         for key, value in (self.loss_fn_config or {}).items():
             if not math.isfinite(value):
                 raise ValueError(f"loss_fn_config[{key!r}] must be a finite number, got {value}")
@@ -191,35 +198,32 @@ class RLConfig:
 # ------------------------------------------------------------------------------ the run
 
 
-@attrs.define
-class _Substep:
-    fb: Future[ttypes.ForwardBackwardOutput]
-    opt: Future[ttypes.OptimStepResponse]
-    batch: RaggedBatch
-    extra: dict[str, float]
-
-
 class _Run:
-    """The state of one run: the loop, the datasets, the current policy, the async producer."""
+    """The state of one run, complete once constructed: the loop, the datasets, the current
+    policy, the shaping terms, the trajectory log, the async producer."""
 
     def __init__(
         self,
         config: RLConfig,
         loop: TrainingLoop,
-        train_ds: RLDataset,
-        test_ds: RLDataset | None,
+        datasets: tuple[RLDataset, RLDataset | None],
         executor: RolloutExecutor,
         sampler: SamplingClient,
+        terms: Sequence[TokenTerm],
+        trajectory_log: TrajectoryLog | None,
     ) -> None:
         self.config = config
         self.loop = loop
-        self.train_ds = train_ds
-        self.test_ds = test_ds
+        self.train_ds, self.test_ds = datasets
         self.executor = executor
         self.limits = RolloutLimits.from_config(config.rollout)
         self.policy = self._policy(sampler, loop.start_step)
-        self.reference: SamplingClient | None = None
-        self.teachers = Teachers()
+        self.terms = terms
+        """The per-token shaping terms (rl/shaping.py), applied in order."""
+        self.keep_constant = any(t.keeps_constant_groups for t in terms)
+        """Whether constant-reward groups train (a term teaches without reward variance)."""
+        self.trajectory_log = trajectory_log
+        """The trajectory log's writer (``RLConfig.log_trajectories``)."""
         self.async_groups = AsyncGroups(
             self._prepare_rollout,
             self.batch,
@@ -228,8 +232,6 @@ class _Run:
             steps=range(loop.start_step, loop.total_steps),
         )
         """The async schedule's producer and queue (rl/schedules.py); idle in the others."""
-        self.trajectory_log: TrajectoryLog | None = None
-        """The trajectory log's writer (``RLConfig.log_trajectories``)."""
         self.evaluators = config.evals.build(config.model)
         """``RLConfig.evals``' evaluators, run with the test set."""
         self.shaper = BatchShaper(config.batch, config.max_tokens)
@@ -317,44 +319,47 @@ class _Run:
 
     async def _train_minibatch(
         self, groups: list[TrajectoryGroup], tags_P: list[list[str]], step: int, timers: Timers
-    ) -> _Substep | None:
+    ) -> tuple[Substep | None, int]:
+        """The minibatch's substep (``None``: nothing to train) and how many constant-reward
+        groups it dropped (none when a shaping term keeps them)."""
         config = self.config
         t0 = time.perf_counter()
-        # With a teacher, a group of equal rewards still carries the distillation signal: keep it.
         groups = self.shaper.shape(groups)
-        kept = list(groups) if self.teachers.active else remove_constant_reward_groups(groups)[0]
+        kept, n_constant = (list(groups), 0) if self.keep_constant else remove_constant_reward_groups(groups)
         if not kept:
             timers.add("data", time.perf_counter() - t0)
-            return None
+            return None, n_constant
         advantages_P = compute_advantages(
             kept, normalize_std=config.normalize_advantages, baseline=config.baseline
         )
         batch = trajectories_to_batch(kept, advantages_P)
         timers.add("data", time.perf_counter() - t0)
         t1 = time.perf_counter()
-        batch, extra = await apply_teachers_and_reference(
-            batch, tags_P, self.teachers, self.reference, config.distill_coef, config.kl_penalty_coef
-        )
+        batch, extra = await shape_advantages(batch, tags_P, self.terms)
         timers.add("wait", time.perf_counter() - t1)
         batch, is_metrics = await correct_importance(batch, self.loop.client, config.importance)
         t2, extra = time.perf_counter(), extra | is_metrics
-        data_D = loss_datums(batch.to_datums(), config.loss_fn)
+        custom = config.custom_loss
+        data_D = loss_datums(batch.to_datums(), config.loss_fn if custom is None else "custom")
         if not data_D:  # gspo: no trained token in the minibatch
             timers.add("train", time.perf_counter() - t2)
-            return None
-        cfg = dict(config.loss_fn_config) if config.loss_fn_config is not None else None
-        fb = self.loop.client.forward_backward(data_D, config.loss_fn, cfg)
+            return None, n_constant
+        if custom is not None:
+            fb = self.loop.client.forward_backward_custom(data_D, custom)
+        else:
+            cfg = dict(config.loss_fn_config) if config.loss_fn_config is not None else None
+            fb = self.loop.client.forward_backward(data_D, config.loss_fn, cfg)
         params = config.adam.adam_params(step, self.loop.total_steps)
         opt = self.loop.client.optim_step(params)
         extra["optim/lr"] = params.learning_rate
         timers.add("train", time.perf_counter() - t2)
-        return _Substep(fb, opt, batch, extra)
+        return Substep(fb, opt, batch, extra), n_constant
 
     async def submit(self, step: int) -> PendingStep:
         config = self.config
         timers = Timers()
         used: list[GroupRollout] = []
-        substeps: list[_Substep] = []
+        substeps: list[Substep] = []
         n_constant = 0
         stale_before = self.async_groups.stale.n_stale
         async for chunk in self.minibatches(step, timers):
@@ -362,10 +367,9 @@ class _Run:
             groups = [r.group for r in chunk if r.group is not None]
             if not groups:
                 continue
-            if not self.teachers.active:  # with a teacher nothing is dropped (_train_minibatch)
-                n_constant += remove_constant_reward_groups(groups)[1]
             tags_P = [list(r.tags) for r in chunk if r.group is not None]
-            sub = await self._train_minibatch(groups, tags_P, step, timers)
+            sub, dropped = await self._train_minibatch(groups, tags_P, step, timers)
+            n_constant += dropped
             if sub is not None:
                 substeps.append(sub)
         raise_if_every_rollout_failed(used, step)
@@ -397,27 +401,10 @@ class _Run:
 
         async def finish() -> Mapping[str, float]:
             t0 = time.perf_counter()
-            out = dict(metrics)
-            losses: list[float] = []
-            norms: list[float] = []
-            trained = 0.0
-            for sub in substeps:
-                fb = await sub.fb
-                opt = await sub.opt
-                losses.append(fb.metrics.get("loss:sum", math.nan))
-                if opt.metrics is not None and "grad_norm" in opt.metrics:
-                    norms.append(float(opt.metrics["grad_norm"]))
-                trained += float(sub.batch.mask_N.sum())
-                for k, v in {**mismatch_metrics(sub.batch, fb), **sub.extra}.items():
-                    out[k] = out.get(k, 0.0) + v / len(substeps)
+            out = metrics | await substep_metrics(substeps, loss_metrics=config.custom_loss is not None)
             if log_write is not None:
                 out["time/log_trajectories"] = (await log_write).seconds
             timers.add("wait", time.perf_counter() - t0)
-            out["tokens/trained"] = trained
-            if losses:
-                out["optim/loss_sum"] = float(np.mean(losses))
-            if norms:
-                out["optim/grad_norm"] = float(np.mean(norms))
             out.update(timers.values)
             out.update(eval_metrics)
             return out
@@ -471,34 +458,27 @@ async def _train(
     # On resume, the checkpoint's sampler weights (no extra save); else the current weights.
     sampler = await loop.initial_sampling_client()
     executor, pool = make_executor(config.env_workers, config.ray_workers, config.ray_address)
-    run = _Run(config, loop, train_ds, test_ds, executor, sampler)
     lines_before = len(loop.run_dir.read_metrics())
+    run: _Run | None = None
     try:
+        terms = await open_terms(loop.service, base_model=config.model.base_model,
+            kl_penalty_coef=config.kl_penalty_coef, kl_reference=config.kl_reference,
+            distill_teacher=config.distill_teacher, distill_teachers=config.distill_teachers,
+            distill_coef=config.distill_coef)  # fmt: skip
+        log = None
         if config.log_trajectories:
-            run.trajectory_log = TrajectoryLog(
-                loop.path / "trajectories",
-                tokenizer=config.model.tokenizer(),
-                baseline=config.baseline,
-                normalize_std=config.normalize_advantages,
-                keep_constant=bool(config.distill_teacher or config.distill_teachers),
-            )
-            run.trajectory_log.start(loop.start_step)  # the parts of the steps this process runs go
-        if config.kl_penalty_coef > 0:
-            run.reference = await loop.service.create_sampling_client(
-                model_path=config.kl_reference,
-                base_model=None if config.kl_reference is not None else config.model.base_model,
-            )
-        paths = {None: config.distill_teacher, **(config.distill_teachers or {})}
-        clients = {
-            tag: await loop.service.create_sampling_client(model_path=p) for tag, p in paths.items() if p
-        }
-        run.teachers = Teachers(clients.pop(None, None), {str(t): c for t, c in clients.items()})
+            log = TrajectoryLog(loop.path / "trajectories", tokenizer=config.model.tokenizer(),
+                baseline=config.baseline, normalize_std=config.normalize_advantages,
+                keep_constant=any(t.keeps_constant_groups for t in terms))  # fmt: skip
+            log.start(loop.start_step)  # the parts of the steps this process runs go
+        run = _Run(config, loop, (train_ds, test_ds), executor, sampler, terms, log)
         if config.schedule == "async":
             run.async_groups.start()
         await run_pipelined(loop, run.submit)
         final = await loop.finish()
     finally:
-        run.async_groups.cancel()
+        if run is not None:
+            run.async_groups.cancel()
         if pool is not None:
             pool.close()
     return TrainResult(final=final, metrics=loop.run_dir.read_metrics()[lines_before:])

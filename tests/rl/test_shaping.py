@@ -1,5 +1,6 @@
-"""Multi-teacher on-policy distillation: each group is scored by the teacher of its tag (one
-teacher per dataset), an untagged group by the default teacher or by none; per-tag metrics."""
+"""The per-token shaping terms (rl/shaping.py). Multi-teacher on-policy distillation: each group
+is scored by the teacher of its tag (one teacher per dataset), an untagged group by the default
+teacher or by none; per-tag metrics. The KL penalty and distillation added one way, in order."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 import tinker
 
-from tempering.rl.data import trajectories_to_batch
-from tempering.rl.teachers import Teachers, apply_teachers_and_reference
+from tempering.rl.data import RaggedBatch, trajectories_to_batch
+from tempering.rl.shaping import Distill, KLPenalty, Teachers, TokenTerm, shape_advantages
 from tempering_protocols import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
 
@@ -50,9 +51,13 @@ def _group() -> TrajectoryGroup:
     return TrajectoryGroup(trajectories_G=[one(), one()], final_rewards_G=[0.0, 0.0], metrics_G=[{}, {}])
 
 
+def _batch() -> RaggedBatch:
+    return trajectories_to_batch([_group(), _group(), _group()], [np.zeros(2)] * 3)
+
+
 def _run(teachers: Teachers, tags_P: list[list[str]]) -> tuple[list[list[float]], dict[str, float]]:
-    batch = trajectories_to_batch([_group(), _group(), _group()], [np.zeros(2)] * 3)
-    out, metrics = asyncio.run(apply_teachers_and_reference(batch, tags_P, teachers, None, 1.0, 0.0))
+    terms: list[TokenTerm] = [Distill(teachers, 1.0)] if teachers.active else []
+    out, metrics = asyncio.run(shape_advantages(_batch(), tags_P, terms))
     per_datum: list[list[float]] = []
     for d in range(out.n_datums):
         sl = slice(int(out.offsets_D1[d]), int(out.offsets_D1[d + 1]))
@@ -82,3 +87,40 @@ def test_no_teacher_leaves_the_batch_alone() -> None:
     adv, metrics = _run(Teachers(), [[], [], []])
     assert adv == [[0.0, 0.0]] * 6
     assert metrics == {}
+
+
+def test_terms_add_to_the_advantages_in_order_each_from_the_unshaped_batch() -> None:
+    """Distillation then the KL penalty: the same per-token arithmetic for both (delta_N added),
+    equal to the two formulas written out; constant-reward groups kept only for distillation."""
+    batch = trajectories_to_batch([_group(), _group(), _group()], [np.array([0.5, -0.5])] * 3)
+    teacher, reference = ConstantTeacher(-1.5), ConstantTeacher(-0.25)
+    distill = Distill(Teachers(teacher), 0.5)  # pyright: ignore[reportArgumentType]
+    kl = KLPenalty(reference, 2.0)  # pyright: ignore[reportArgumentType]
+    assert distill.keeps_constant_groups
+    assert not kl.keeps_constant_groups
+    out, metrics = asyncio.run(shape_advantages(batch, [[], [], []], [distill, kl]))
+    mask = batch.mask_N > 0
+    q = batch.logprobs_N[mask]  # -0.5 on every sampled token
+    # distill: -0.5 * (q - (-1.5)) = -0.5; KL: r = q - (-0.25) = -0.25 everywhere, so r - mean(r) = 0.
+    expected = batch.advantages_N[mask] - 0.5 * (q + 1.5) + 2.0 * 0.0
+    assert out.advantages_N[mask].tolist() == pytest.approx(expected.tolist())
+    assert out.advantages_N[~mask].tolist() == [0.0] * int((~mask).sum())
+    assert metrics["distill/reverse_kl"] == pytest.approx(1.0)
+    assert metrics["kl/policy_base"] == pytest.approx(-0.25)
+    # The KL term is centred: a reference that disagrees on one datum moves that datum only
+    # relative to the mean; the sum of its deltas over the trained tokens is 0.
+    delta_N, _ = asyncio.run(KLPenalty(_Ragged(), 1.0)(batch, []))  # pyright: ignore[reportArgumentType]
+    assert float(delta_N[mask].sum()) == pytest.approx(0.0, abs=1e-6)
+    assert float(np.abs(delta_N[mask]).max()) > 0.1
+    assert batch.advantages_N[mask].tolist() == [0.5, 0.5, -0.5, -0.5] * 3  # not modified
+
+
+@attrs.define
+class _Ragged:
+    """A reference whose logprob of a sequence's tokens grows with each call."""
+
+    calls: int = 0
+
+    def compute_logprobs(self, prompt: tinker.ModelInput, /) -> _Done:
+        self.calls += 1
+        return _Done([None] + [-0.1 * self.calls] * (prompt.length - 1))
