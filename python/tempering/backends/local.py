@@ -15,7 +15,6 @@ from tempering_protocols import Tokenizer
 __all__ = ["LOCAL", "LocalBackend", "names_gguf"]
 
 
-
 class LocalBackend(Backend):
     """The in-process PyTorch engine: full fine-tuning, custom losses in one forward pass,
     ``tempering://`` checkpoints in ``$TEMPERING_HOME`` that the trainer deletes itself, and the
