@@ -212,7 +212,7 @@ def test_an_rl_run_on_the_third_backend_prunes_its_checkpoints(tmp_path: Path) -
 
 
 def test_a_selected_third_backend_drives_the_service_and_the_recipes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tempering.recipes._common import default_learning_rate, default_lora_rank, recipe_service
+    from tempering.recipes._common import default_lora_rank, recipe_learning_rate, recipe_service
 
     chosen = FakeBackend(selected=True)
     monkeypatch.setattr(tempering.backends, "BACKENDS", (chosen, HOSTED, LOCAL))
@@ -221,7 +221,7 @@ def test_a_selected_third_backend_drives_the_service_and_the_recipes(monkeypatch
     assert not uses_hosted_service()
     assert isinstance(tempering.service_client(), FakeService)
     assert default_lora_rank("tempering/tiny", None) == 32  # no full training here: LoRA
-    assert default_learning_rate("tempering/tiny", None) != 2e-3  # not the tiny full fine-tune rate
+    assert recipe_learning_rate("tempering/tiny", None) != 2e-3  # not the tiny full fine-tune rate
     with pytest.raises(
         ValueError,
         match=(

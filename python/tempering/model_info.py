@@ -342,11 +342,15 @@ _NO_FORMULA_LR = 2e-4
 """SFT and reward models of a model without a calibrated formula (not listed, or another family)."""
 
 
-def default_learning_rate(base_model: str, stage: Stage, *, lora: bool = True) -> float:
+def default_learning_rate(
+    base_model: str, stage: Stage, *, lora: bool = True, from_scratch: bool | None = None
+) -> float:
     """The one learning-rate policy: every trainer and recipe that is not given a learning rate
     uses this (a learning rate that is given must be positive; nothing replaces it).
 
-    - ``tempering/tiny``: its own per-stage values (2e-3 SFT and reward model, 1e-3 DPO, 4e-5 RL);
+    - ``tempering/tiny`` trained from its random weights (``from_scratch``, by default whenever
+      ``base_model`` is the tiny model): its own per-stage values (2e-3 SFT and reward model,
+      1e-3 DPO, 4e-5 RL);
     - DPO: 1e-5; RL: 4e-5, whatever the model;
     - SFT and reward models: :func:`get_lr` (the Tinker Cookbook's formula, by hidden size and
       family, LoRA or not), or 2e-4 for a model without one.
@@ -357,7 +361,7 @@ def default_learning_rate(base_model: str, stage: Stage, *, lora: bool = True) -
         default_learning_rate("HuggingFaceTB/SmolLM2-135M-Instruct", "sft")     # 1.3e-3 (get_lr)
         default_learning_rate("Qwen/Qwen3-8B", "rl")                            # 4e-5
     """
-    if base_model == TINY_MODEL:
+    if base_model == TINY_MODEL if from_scratch is None else from_scratch:
         return _TINY_LR[stage]
     if stage in _FIXED_LR:
         return _FIXED_LR[stage]

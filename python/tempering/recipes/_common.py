@@ -357,9 +357,10 @@ def recipe_learning_rate(
     """
     if learning_rate is not None:
         return check_learning_rate(learning_rate)
-    if tiny is not None and trains_tiny_from_scratch(base_model):
+    from_scratch = trains_tiny_from_scratch(base_model)
+    if tiny is not None and from_scratch:
         return tiny
-    return default_learning_rate(base_model, stage)
+    return default_learning_rate(base_model, stage, from_scratch=from_scratch)
 
 
 @attrs.define
