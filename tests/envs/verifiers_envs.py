@@ -19,7 +19,13 @@ def load_environment(n: int = 4):
     def correct(completion, answer, parser) -> float:
         return float((parser.parse_answer(completion) or "").strip() == answer)
 
-    rubric = vf.Rubric(funcs=[correct, parser.get_format_reward_func()], weights=[1.0, 0.25], parser=parser)
+    def lowercase(completion) -> float:  # dense, so an untrained model's groups vary
+        letters = [ch for ch in completion[-1].content or "" if ch.isalpha()]
+        return sum(ch.islower() for ch in letters) / len(letters) if letters else 0.0
+
+    rubric = vf.Rubric(
+        funcs=[correct, parser.get_format_reward_func(), lowercase], weights=[1.0, 0.25, 0.1], parser=parser
+    )
     return vf.SingleTurnEnv(
         dataset=Dataset.from_list(rows),
         eval_dataset=Dataset.from_list(rows[:2]),

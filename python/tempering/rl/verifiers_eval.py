@@ -28,7 +28,7 @@ from tempering.rl.rollout_failures import describe
 from tempering.rl.rollouts import RolloutConfig, rollout_batch
 from tempering_protocols import Renderer, SamplingClient
 
-__all__ = ["VerifiersEvalResult", "evaluate_verifiers"]
+__all__ = ["VerifiersEvalResult", "evaluate_verifiers", "print_verifiers_table"]
 
 
 @attrs.frozen
@@ -46,6 +46,8 @@ class VerifiersEvalResult:
     rubric_means: dict[str, float]
     failures: dict[str, int]
     first_error: str | None
+
+    kind = "verifiers"
 
     @property
     def finished(self) -> int:
@@ -157,3 +159,19 @@ async def evaluate_verifiers(
         failures={k.removeprefix("rollout/failed/"): v for k, v in sorted(failures.items())},
         first_error=first_error,
     )
+
+
+def print_verifiers_table(result: VerifiersEvalResult) -> None:
+    """Print the result (rich): mean reward and spread, pass rate with its 95% interval,
+    finished and failed rollouts, each rubric function's mean, the first failure."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"verifiers env {result.env} ({result.rows} rows x {result.group_size})")
+    table.add_column("metric")
+    table.add_column("value")
+    for name, value in result.metrics().items():
+        table.add_row(name.removeprefix(f"verifiers/{result.env}/"), f"{value:.4f}")
+    Console().print(table)
+    if result.first_error is not None:
+        print(f"first failed rollout: {result.first_error}")
