@@ -55,7 +55,10 @@ class Scripted:
         self.calls[text] = member + 1
         stop_token = stop[0]
         assert isinstance(stop_token, int)
-        tokens = [*self.renderer.tokenizer.encode(self.reply(text, member), add_special_tokens=False), stop_token]
+        tokens = [
+            *self.renderer.tokenizer.encode(self.reply(text, member), add_special_tokens=False),
+            stop_token,
+        ]
         return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[0.0] * len(tokens))
 
 
@@ -105,7 +108,9 @@ def test_single_turn_env_rubric_and_parser_score_the_sampled_reply(renderer: Bas
 def test_multi_turn_env_plays_turn_by_turn_with_env_responses(renderer: BaseRenderer) -> None:
     train, _ = asyncio.run(_task("vf-test-multi", batch_size=1, group_size=2)())  # type: ignore[operator]
     guesses = {0: "5", 1: "7"}
-    policy = Scripted(renderer, lambda text, member: guesses.get(text.count("<|im_start|>assistant") - 1, "1"))
+    policy = Scripted(
+        renderer, lambda text, member: guesses.get(text.count("<|im_start|>assistant") - 1, "1")
+    )
     (rollout,) = asyncio.run(_play(list(train.get_batch(0)), policy))
     assert rollout.group is not None, rollout.failures
     for traj in rollout.group.trajectories_G:
@@ -115,7 +120,10 @@ def test_multi_turn_env_plays_turn_by_turn_with_env_responses(renderer: BaseRend
         ob2 = decode_text(renderer.tokenizer, second.ob.to_ints())
         assert "higher" in ob2
         # the second observation extends the first plus the sampled reply: one datum per episode
-        assert second.ob.to_ints()[: first.ob.length + len(first.ac.tokens)] == [*first.ob.to_ints(), *first.ac.tokens]
+        assert second.ob.to_ints()[: first.ob.length + len(first.ac.tokens)] == [
+            *first.ob.to_ints(),
+            *first.ac.tokens,
+        ]
         assert second.metrics["verifiers/won"] == 1.0 and second.metrics["verifiers/turns_used"] == 2.0
     assert rollout.group.get_total_rewards() == [1.0, 1.0]
 
@@ -165,7 +173,9 @@ def test_group_reward_functions_score_the_group(renderer: BaseRenderer) -> None:
 )
 def test_a_faulty_env_fails_its_rollouts_not_the_run(renderer: BaseRenderer, mode: str, says: str) -> None:
     train, _ = asyncio.run(
-        _task("vf-test-faulty", env_args=json.dumps({"mode": mode}), batch_size=1, group_size=2, timeout_s=0.5)()  # type: ignore[operator]
+        _task(
+            "vf-test-faulty", env_args=json.dumps({"mode": mode}), batch_size=1, group_size=2, timeout_s=0.5
+        )()  # type: ignore[operator]
     )
     ok_train, _ = asyncio.run(_task("vf-test-faulty", batch_size=1, group_size=2)())  # type: ignore[operator]
     policy = Scripted(renderer, lambda text, member: "hello")
@@ -190,7 +200,9 @@ def test_builders_pickle_and_conform(renderer: BaseRenderer) -> None:
 
 @needs_verifiers
 def test_bad_names_and_arguments_are_named() -> None:
-    with pytest.raises(ValueError, match=r"verifiers env 'no-such-env': no module 'no_such_env' is installed"):
+    with pytest.raises(
+        ValueError, match=r"verifiers env 'no-such-env': no module 'no_such_env' is installed"
+    ):
         load_verifiers_env("no-such-env")
     with pytest.raises(ValueError, match=r"not JSON .* give a JSON object"):
         asyncio.run(_task("vf-test-single", env_args="{n: 2")())  # type: ignore[operator]
@@ -243,7 +255,17 @@ def test_tempering_rl_and_eval_run_a_verifiers_env_end_to_end(
     assert sum(m["tokens/trained"] for m in metrics) > 0  # the rubric's rewards vary: it trained
     out = tmp_path / "eval.json"
     rc = main(
-        ["eval", "--verifiers-env", "vf-test-single", "--max-tokens", "8", "--num-samples", "2", "--output", str(out)]
+        [
+            "eval",
+            "--verifiers-env",
+            "vf-test-single",
+            "--max-tokens",
+            "8",
+            "--num-samples",
+            "2",
+            "--output",
+            str(out),
+        ]
     )
     assert rc == 0
     body = json.loads(out.read_text())

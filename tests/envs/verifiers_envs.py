@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SINGLE = '''
+SINGLE = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -33,9 +33,9 @@ def load_environment(n: int = 4):
         parser=parser,
         rubric=rubric,
     )
-'''
+"""
 
-MULTI = '''
+MULTI = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -75,7 +75,7 @@ def load_environment(max_turns: int = 4):
         rubric=vf.Rubric(funcs=[won, turns_used], weights=[1.0, 0.0]),
         max_turns=max_turns,
     )
-'''
+"""
 
 TOOLS = '''
 import verifiers as vf
@@ -110,7 +110,7 @@ def load_environment():
     )
 '''
 
-FAULTY = '''
+FAULTY = """
 import asyncio
 import math
 import time
@@ -151,9 +151,9 @@ def load_environment(mode: str = "ok"):
         rubric=vf.Rubric(funcs=[score]),
         max_turns=2,
     )
-'''
+"""
 
-GROUPED = '''
+GROUPED = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -170,7 +170,7 @@ def load_environment():
         dataset=Dataset.from_list([{"question": "Say a word.", "answer": ""}]),
         rubric=vf.Rubric(funcs=[longest, nonempty], weights=[1.0, 0.5]),
     )
-'''
+"""
 
 ENVS = {
     "vf_test_single": SINGLE,

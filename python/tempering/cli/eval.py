@@ -50,7 +50,9 @@ class EvalCommandConfig(EvalSuite, ModelSource):
         return ModelSource(**{f.name: getattr(self, f.name) for f in attrs.fields(ModelSource)})
 
 
-async def run_eval(config: EvalCommandConfig, *, verifiers: VerifiersChoice | None = None) -> dict[str, float]:
+async def run_eval(
+    config: EvalCommandConfig, *, verifiers: VerifiersChoice | None = None
+) -> dict[str, float]:
     """Run ``config``'s benchmarks (and the ``verifiers`` env: its eval dataset, ``limit`` rows,
     ``num_samples`` rollouts each), write the JSON results and print the table; returns every
     benchmark's metrics (``<benchmark>/<metric>``)."""

@@ -56,7 +56,9 @@ def _value(args: list[str], i: int, flag: str) -> tuple[str, int]:
     if arg.startswith(flag + "="):
         return arg.split("=", 1)[1], i + 1
     if i + 1 >= len(args) or (args[i + 1].startswith("-") and flag == FLAG):
-        raise ValueError(f"{flag} needs a value ({'an environment name' if flag == FLAG else 'a JSON object'})")
+        raise ValueError(
+            f"{flag} needs a value ({'an environment name' if flag == FLAG else 'a JSON object'})"
+        )
     return args[i + 1], i + 2
 
 

@@ -29,6 +29,7 @@ from tempering.envs.task_base import PolicyTask
 from tempering.envs.verifiers_env import (
     VerifiersEnv,
     VerifiersEnvError,
+    finite_reward,
     load_verifiers_env,
     parse_env_args,
     rubric_metrics,
@@ -101,22 +102,22 @@ class VerifiersGroupBuilder(EnvGroupBuilder):
         members = [e for e in envs_G if isinstance(e, VerifiersEnv)]
         states = [e.state for e in members]
         if len(members) != len(envs_G) or any(s is None for s in states):
-            raise VerifiersEnvError(f"verifiers env {self.env_name!r}: a group member has no finished rollout to score")
+            raise VerifiersEnvError(
+                f"verifiers env {self.env_name!r}: a group member has no finished rollout to score"
+            )
         try:
             await env.rubric.score_group(states)
             for state in states:
                 await env.rubric.cleanup(state)
         except Exception as exc:
             raise VerifiersEnvError(
-                f"verifiers env {self.env_name!r}: its rubric's score_group raised {type(exc).__name__}: {exc}"
+                f"verifiers env {self.env_name!r}: its rubric's score_group raised "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         out: list[tuple[float, Metrics]] = []
         for state in states:
-            reward = state.get("reward")
-            if isinstance(reward, bool) or not isinstance(reward, int | float) or reward != reward or abs(reward) == float("inf"):
-                raise VerifiersEnvError(
-                    f"verifiers env {self.env_name!r}'s rubric returned the reward {reward!r}; rewards must be finite numbers"
-                )
+            what = f"verifiers env {self.env_name!r}'s rubric (score_group)"
+            reward = finite_reward(state.get("reward"), what)
             metrics = rubric_metrics(state)
             metrics["verifiers/passed"] = int(reward >= float(getattr(env, "pass_threshold", 0.5)))
             out.append((float(reward), metrics))
@@ -205,10 +206,11 @@ class VerifiersTask(PolicyTask):
         try:
             rows = len(split_rows(env, "train"))
         except ValueError as exc:
-            raise ValueError(f"verifiers env {self.env!r} has no training dataset ({exc}); it can only be evaluated") from exc
+            raise ValueError(
+                f"verifiers env {self.env!r} has no training dataset ({exc}); it can only be evaluated"
+            ) from exc
         if rows == 0:
             raise ValueError(f"verifiers env {self.env!r}: its training dataset is empty")
-        common = {"renderer": renderer, "timeout_s": self.timeout_s}
         train = VerifiersDataset(
             self.env,
             self.env_args,
@@ -218,9 +220,10 @@ class VerifiersTask(PolicyTask):
             group_size=self.group_size,
             seed=self.seed,
             n_batches=self.n_batches,
-            **common,
+            renderer=renderer,
+            timeout_s=self.timeout_s,
         )
-        if self.n_test < 1 or env.eval_dataset_source is None and env.eval_dataset is None:
+        if self.n_test < 1 or (env.eval_dataset_source is None and env.eval_dataset is None):
             return train, None
         n_eval = min(self.n_test, len(split_rows(env, "eval")))
         test = VerifiersDataset(
@@ -232,6 +235,7 @@ class VerifiersTask(PolicyTask):
             group_size=self.test_group_size,
             seed=self.seed + 1,
             n_batches=1,
-            **common,
+            renderer=renderer,
+            timeout_s=self.timeout_s,
         )
         return train, test

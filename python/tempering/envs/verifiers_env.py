@@ -61,6 +61,7 @@ __all__ = [
     "VerifiersEnv",
     "VerifiersEnvError",
     "VerifiersMissingError",
+    "finite_reward",
     "import_verifiers",
     "load_verifiers_env",
     "parse_env_args",
@@ -91,7 +92,9 @@ def import_verifiers() -> Any:
     try:
         ok = all(hasattr(vf, name) for name in ("MultiTurnEnv", "Client", "load_environment"))
     except ImportError as exc:  # an alias whose dependencies are missing
-        raise VerifiersMissingError(f"verifiers is installed but its classic API does not import ({exc}): {INSTALL_HINT}") from exc
+        raise VerifiersMissingError(
+            f"verifiers is installed but its classic API does not import ({exc}): {INSTALL_HINT}"
+        ) from exc
     if not ok:
         version = getattr(vf, "__version__", "?")
         raise VerifiersMissingError(
@@ -112,7 +115,8 @@ def parse_env_args(text: str, env_name: str) -> dict[str, Any]:
         ) from exc
     if not isinstance(value, dict):
         raise ValueError(
-            f"the arguments of verifiers env {env_name!r} must be a JSON object of keyword arguments, got {text!r}"
+            f"the arguments of verifiers env {env_name!r} must be a JSON object of keyword arguments, "
+            f"got {text!r}"
         )
     return cast(dict[str, Any], value)
 
@@ -135,9 +139,9 @@ def load_verifiers_env(name: str, args: Mapping[str, Any] | None = None) -> Any:
     module = name.replace("-", "_").split("/")[-1]
     if importlib.util.find_spec(module) is None:
         raise ValueError(
-            f"verifiers env {name!r}: no module {module!r} is installed. Install the environment's package "
-            f"(from the hub: `prime env install OWNER/{name}` or `pip install` its wheel; see docs/verifiers.md) "
-            "or put its directory on PYTHONPATH"
+            f"verifiers env {name!r}: no module {module!r} is installed. Install the environment's "
+            f"package (from the hub: `prime env install OWNER/{name}`, or `pip install` its wheel; "
+            "docs/verifiers.md) or put its directory on PYTHONPATH"
         )
     try:
         env = vf.load_environment(name, **dict(args or {}))
@@ -196,8 +200,9 @@ def to_messages(vf_messages: Sequence[object], env_name: str) -> list[Message]:
         if role == "assistant" and calls:
             message["tool_calls"] = []
             for c in cast(list[object], calls):
-                call = ToolCall(name=str(_get(c, "name")), arguments=str(_get(c, "arguments")), id=str(_get(c, "id")))
-                call_names[call["id"]] = call["name"]
+                call_id = str(_get(c, "id"))
+                call = ToolCall(name=str(_get(c, "name")), arguments=str(_get(c, "arguments")), id=call_id)
+                call_names[call_id] = call["name"]
                 message["tool_calls"].append(call)
         call_id = _get(m, "tool_call_id")
         if role == "tool" and call_id is not None:
@@ -208,7 +213,7 @@ def to_messages(vf_messages: Sequence[object], env_name: str) -> list[Message]:
     return out
 
 
-def _finite(value: object, what: str) -> float:
+def finite_reward(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise VerifiersEnvError(f"{what} returned the reward {value!r}; rewards must be finite numbers")
     return float(value)
@@ -229,7 +234,14 @@ class VerifiersEnv:
     (the rubric has group-level reward functions)."""
 
     def __init__(
-        self, env: Any, name: str, row: Mapping[str, Any], renderer: Renderer, *, timeout_s: float, score: bool = True
+        self,
+        env: Any,
+        name: str,
+        row: Mapping[str, Any],
+        renderer: Renderer,
+        *,
+        timeout_s: float,
+        score: bool = True,
     ) -> None:
         self.env = env
         self.name = name
@@ -264,7 +276,12 @@ class VerifiersEnv:
         messages = to_messages(prompt, self.name)
         if tools:
             declared = [
-                Tool(str(_get(t, "name")), str(_get(t, "description") or ""), dict(_get(t, "parameters") or {}), _no_call)
+                Tool(
+                    str(_get(t, "name")),
+                    str(_get(t, "description") or ""),
+                    dict(_get(t, "parameters") or {}),
+                    _no_call,
+                )
                 for t in tools
             ]
             system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
@@ -278,7 +295,9 @@ class VerifiersEnv:
         ends (the finished state); a :class:`VerifiersEnvError` if it raises or hangs."""
         assert self._task is not None
         get = asyncio.ensure_future(self._requests.get())
-        done, _ = await asyncio.wait({get, self._task}, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {get, self._task}, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if get in done:
             messages, self._reply = get.result()
             self._observation = self.renderer.build_generation_prompt(messages)
@@ -297,13 +316,16 @@ class VerifiersEnv:
         if error is not None:
             cause = getattr(error, "__cause__", None) or error
             raise VerifiersEnvError(
-                f"{self._what()} ended its rollout with an error: {type(error).__name__} ({type(cause).__name__}: {cause})"
+                f"{self._what()} ended its rollout with an error: {type(error).__name__} "
+                f"({type(cause).__name__}: {cause})"
             )
         return state
 
     async def step(self, action: Action, /) -> StepResult:
         if self._reply is None:
-            raise RuntimeError(f"{self._what()}: step() without a pending turn (the episode is over; envs are single-use)")
+            raise RuntimeError(
+                f"{self._what()}: step() without a pending turn (the episode is over; envs are single-use)"
+            )
         vf = import_verifiers()
         message, parsed = self.renderer.parse_response(action)
         self._turn += 1
@@ -311,7 +333,9 @@ class VerifiersEnv:
         reply.set_result(_response(vf, message, parsed, self._observation.length, len(action), self._turn))
         state = await self._next()
         if state is None:
-            return StepResult(0.0, False, self._observation, self._stop(), {"verifiers/parse_error": int(not parsed)})
+            return StepResult(
+                0.0, False, self._observation, self._stop(), {"verifiers/parse_error": int(not parsed)}
+            )
         self.state = state
         metrics: Metrics = {"verifiers/parse_error": int(not parsed), "verifiers/turns": self._turn}
         reward = 0.0
@@ -320,10 +344,14 @@ class VerifiersEnv:
                 await asyncio.wait_for(self.env.rubric.score_rollout(state), self.timeout_s)
                 await self.env.rubric.cleanup(state)
             except TimeoutError as exc:
-                raise VerifiersEnvError(f"{self._what()}: its rubric took longer than {self.timeout_s:g} s") from exc
+                raise VerifiersEnvError(
+                    f"{self._what()}: its rubric took longer than {self.timeout_s:g} s"
+                ) from exc
             except Exception as exc:
-                raise VerifiersEnvError(f"{self._what()}: its rubric raised {type(exc).__name__}: {exc}") from exc
-            reward = _finite(state.get("reward"), f"{self._what()}'s rubric")
+                raise VerifiersEnvError(
+                    f"{self._what()}: its rubric raised {type(exc).__name__}: {exc}"
+                ) from exc
+            reward = finite_reward(state.get("reward"), f"{self._what()}'s rubric")
             metrics |= rubric_metrics(state)
             metrics["verifiers/passed"] = int(reward >= float(getattr(self.env, "pass_threshold", 0.5)))
         return StepResult(reward, True, tinker.ModelInput.empty(), self._stop(), metrics)
@@ -338,7 +366,9 @@ def _no_call(**_: object) -> object:
     raise RuntimeError("a verifiers tool is called by its env, not by tempering")
 
 
-def _response(vf: Any, message: Message, parsed: bool, prompt_tokens: int, completion_tokens: int, turn: int) -> Any:
+def _response(
+    vf: Any, message: Message, parsed: bool, prompt_tokens: int, completion_tokens: int, turn: int
+) -> Any:
     """The sampled reply as a ``vf.Response`` (text, thinking, tool calls, usage)."""
     calls = [
         vf.ToolCall(id=c.get("id") or f"call_{turn}_{i}", name=c["name"], arguments=c["arguments"])
@@ -369,7 +399,12 @@ def _bridge_client(vf: Any, env: VerifiersEnv) -> Any:
     """A ``vf.Client`` whose ``get_response`` is answered by tempering's loop through ``env``."""
 
     async def get_response(
-        self: object, prompt: Sequence[object], model: str, sampling_args: object, tools: Sequence[object] | None = None, **kwargs: object
+        self: object,
+        prompt: Sequence[object],
+        model: str,
+        sampling_args: object,
+        tools: Sequence[object] | None = None,
+        **kwargs: object,
     ) -> Any:
         del self, model, sampling_args, kwargs
         return await env.ask(prompt, tools)

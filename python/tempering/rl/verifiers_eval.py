@@ -118,7 +118,15 @@ async def evaluate_verifiers(
     if rows < 1:
         raise ValueError(f"verifiers env {env!r}: its eval dataset has no rows to evaluate")
     dataset = VerifiersDataset(
-        env, env_args, "eval", rows, renderer, batch_size=rows, group_size=group_size, seed=seed, n_batches=1,
+        env,
+        env_args,
+        "eval",
+        rows,
+        renderer,
+        batch_size=rows,
+        group_size=group_size,
+        seed=seed,
+        n_batches=1,
         timeout_s=timeout_s,
     )
     policy = TinkerTokenCompleter(sampler, max_tokens=max_tokens, temperature=temperature)
@@ -127,7 +135,7 @@ async def evaluate_verifiers(
     )
     threshold = float(getattr(loaded, "pass_threshold", 0.5))
     rewards: list[float] = []
-    sums: Counter[str] = Counter()
+    sums: dict[str, float] = {}
     counts: Counter[str] = Counter()
     failures: Counter[str] = Counter()
     first_error: str | None = None
@@ -142,8 +150,9 @@ async def evaluate_verifiers(
             last = dict(traj.transitions[-1].metrics) if traj.transitions else {}
             for k, v in {**last, **final}.items():
                 if k.startswith("verifiers/") and k not in ("verifiers/passed", "verifiers/parse_error"):
-                    sums[k.removeprefix("verifiers/")] += float(v)
-                    counts[k.removeprefix("verifiers/")] += 1
+                    name = k.removeprefix("verifiers/")
+                    sums[name] = sums.get(name, 0.0) + float(v)
+                    counts[name] += 1
     passed = sum(1 for x in rewards if x >= threshold)
     low, high = wilson_interval(passed, len(rewards))
     return VerifiersEvalResult(
