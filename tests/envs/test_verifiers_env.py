@@ -273,3 +273,37 @@ def test_tempering_rl_and_eval_run_a_verifiers_env_end_to_end(
     assert result["kind"] == "verifiers" and len(result["rewards"]) == 4  # 2 eval rows x 2 samples
     assert all(math.isfinite(r) for r in result["rewards"])
     assert result["metrics"]["verifiers/vf-test-single/finished"] == 4.0
+
+
+@needs_verifiers
+@pytest.mark.parametrize("command", ["rl", "eval"])
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ["--verifiers-env", "no-such-env"],
+            "verifiers env 'no-such-env': no module 'no_such_env' is installed",
+        ),
+        (["--verifiers-env", "vf-test-single", "--verifiers-env-args", "{n: 1}"], "are not JSON"),
+        (["--verifiers-env-args", "{}"], "--verifiers-env-args is given without --verifiers-env NAME"),
+        (["--verifiers-env"], "--verifiers-env needs a value"),
+    ],
+)
+def test_cli_refuses_a_bad_env_before_running(
+    command: str, flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tempering.cli import main
+
+    assert main([command, *flags]) == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["rl", "eval"])
+def test_cli_without_verifiers_names_the_extra(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tempering.cli import main
+
+    monkeypatch.setitem(sys.modules, "verifiers", None)
+    assert main([command, "--verifiers-env", "vf-test-single"]) == 2
+    assert "pip install 'tempering[verifiers]'" in capsys.readouterr().err

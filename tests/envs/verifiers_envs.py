@@ -28,7 +28,7 @@ def load_environment(n: int = 4):
     )
     return vf.SingleTurnEnv(
         dataset=Dataset.from_list(rows),
-        eval_dataset=Dataset.from_list(rows[:2]),
+        eval_dataset=Dataset.from_list(rows[: max(2, n // 2)]),
         system_prompt="Answer inside <answer></answer>.",
         parser=parser,
         rubric=rubric,

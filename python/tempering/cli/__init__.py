@@ -154,7 +154,12 @@ def _train(command: str, argv: Sequence[str]) -> int:
     except BuilderError as exc:
         print(f"tempering {command}: {exc}", file=sys.stderr)
         return 2
-    config = finish(_tyro_cli(cls, argv, f"tempering {command}", _TRAINERS[command] + flag_help(command)))
+    description = _TRAINERS[command] + flag_help(command)
+    if command == "rl":
+        from tempering.cli.verifiers import HELP as verifiers_help
+
+        description += verifiers_help
+    config = finish(_tyro_cli(cls, argv, f"tempering {command}", description))
     run: Callable[[], Any] = config
     try:
         result = asyncio.run(run())

@@ -128,5 +128,7 @@ def main(argv: list[str], tyro_cli: Any) -> int:
 
 _HELP = (
     "evaluate a model on benchmarks (GSM8K, MATH-500, AIME, IFEval, MMLU-Pro, GPQA, SuperGPQA, "
-    "MMLU-Redux, MBPP, chat-file NLL) (docs/evals.md)"
+    "MMLU-Redux, MBPP, chat-file NLL) (docs/evals.md), or on an installed verifiers environment: "
+    "--verifiers-env NAME [--verifiers-env-args JSON], --limit rows, --num-samples rollouts each "
+    "(docs/verifiers.md)"
 )

@@ -29,11 +29,15 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["ARGS_FLAG", "FLAG", "VerifiersChoice", "rl_argv", "split_flags"]
+__all__ = ["ARGS_FLAG", "FLAG", "HELP", "VerifiersChoice", "rl_argv", "split_flags"]
 
 FLAG = "--verifiers-env"
 ARGS_FLAG = "--verifiers-env-args"
 BUILDER = "tempering.envs.verifiers_data:VerifiersTask"
+HELP = (
+    f"\n{FLAG} NAME [{ARGS_FLAG} JSON] trains on an installed verifiers environment (docs/verifiers.md), "
+    "its settings as --dataset.FIELD flags."
+)
 
 
 @attrs.frozen
