@@ -96,7 +96,8 @@ async def run_eval(
         settings["verifiers_env"], settings["verifiers_env_args"] = verifiers.env, verifiers.args
     path = write_report(config.output, model=model, settings=settings, results=results)
     benchmarks = [r for r in results if getattr(r, "kind", "") != "verifiers"]
-    print_table(benchmarks, title=f"{source.model_path or source.base_model} ({source.backend()})")
+    if benchmarks:
+        print_table(benchmarks, title=f"{source.model_path or source.base_model} ({source.backend()})")
     print(f"results: {path}")
     return metrics
 

@@ -140,8 +140,8 @@ def load_verifiers_env(name: str, args: Mapping[str, Any] | None = None) -> Any:
     if importlib.util.find_spec(module) is None:
         raise ValueError(
             f"verifiers env {name!r}: no module {module!r} is installed. Install the environment's "
-            f"package (from the hub: `prime env install OWNER/{name}`, or `pip install` its wheel; "
-            "docs/verifiers.md) or put its directory on PYTHONPATH"
+            f"package (from the Environments Hub: `vf-install OWNER/{name}`, or `pip install` its "
+            "wheel; docs/verifiers.md) or put its directory on PYTHONPATH"
         )
     try:
         env = vf.load_environment(name, **dict(args or {}))

@@ -31,6 +31,10 @@ from tempering_protocols import Renderer, SamplingClient
 __all__ = ["VerifiersEvalResult", "evaluate_verifiers", "print_verifiers_table"]
 
 
+_OWN = frozenset({"verifiers/passed", "verifiers/parse_error", "verifiers/turns"})
+"""The adapter's own metrics of a rollout (not the rubric's)."""
+
+
 @attrs.frozen
 class VerifiersEvalResult:
     """What :func:`evaluate_verifiers` measured (rewards of the rollouts that finished)."""
@@ -149,7 +153,7 @@ async def evaluate_verifiers(
         for traj, final in zip(r.group.trajectories_G, r.group.metrics_G, strict=True):
             last = dict(traj.transitions[-1].metrics) if traj.transitions else {}
             for k, v in {**last, **final}.items():
-                if k.startswith("verifiers/") and k not in ("verifiers/passed", "verifiers/parse_error"):
+                if k.startswith("verifiers/") and k not in _OWN:
                     name = k.removeprefix("verifiers/")
                     sums[name] = sums.get(name, 0.0) + float(v)
                     counts[name] += 1
