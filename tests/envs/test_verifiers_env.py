@@ -82,7 +82,9 @@ def test_single_turn_env_rubric_and_parser_score_the_sampled_reply(renderer: Bas
 
     task = VerifiersTask(env="vf-test-single", batch_size=4, group_size=2)
     train, test = asyncio.run(task())
-    assert len(train) == 1 and test is not None and len(test) == 1
+    assert len(train) == 1
+    assert test is not None
+    assert len(test) == 1
 
     def reply(text: str, member: int) -> str:
         a = int(re.findall(r"What is (\d+)\+", text)[-1])
@@ -116,7 +118,8 @@ def test_multi_turn_env_plays_turn_by_turn_with_env_responses(renderer: BaseRend
     for traj in rollout.group.trajectories_G:
         assert len(traj.transitions) == 2  # 5 (higher), then 7 (correct, the env's stop condition)
         first, second = traj.transitions
-        assert not first.episode_done and second.episode_done
+        assert not first.episode_done
+        assert second.episode_done
         ob2 = decode_text(renderer.tokenizer, second.ob.to_ints())
         assert "higher" in ob2
         # the second observation extends the first plus the sampled reply: one datum per episode
@@ -124,7 +127,8 @@ def test_multi_turn_env_plays_turn_by_turn_with_env_responses(renderer: BaseRend
             *first.ob.to_ints(),
             *first.ac.tokens,
         ]
-        assert second.metrics["verifiers/won"] == 1.0 and second.metrics["verifiers/turns_used"] == 2.0
+        assert second.metrics["verifiers/won"] == 1.0
+        assert second.metrics["verifiers/turns_used"] == 2.0
     assert rollout.group.get_total_rewards() == [1.0, 1.0]
 
 
@@ -143,10 +147,13 @@ def test_tool_env_runs_the_python_tool_the_model_called(renderer: BaseRenderer) 
     assert len(traj.transitions) == 2
     assert "add(a: integer, b: integer)" in policy.observations[0]  # the tool declared to the model
     tool_turn = decode_text(renderer.tokenizer, traj.transitions[1].ob.to_ints())
-    assert "<|im_start|>tool" in tool_turn and "42" in tool_turn.split("<|im_start|>tool")[-1]
+    assert "<|im_start|>tool" in tool_turn
+    assert "42" in tool_turn.split("<|im_start|>tool")[-1]
     last = traj.transitions[-1].metrics
-    assert last["verifiers/correct"] == 1.0 and last["verifiers/used_tool"] == 1.0
-    assert last["verifiers/add_calls"] == 1.0 and last["verifiers/total_tool_calls"] == 1.0
+    assert last["verifiers/correct"] == 1.0
+    assert last["verifiers/used_tool"] == 1.0
+    assert last["verifiers/add_calls"] == 1.0
+    assert last["verifiers/total_tool_calls"] == 1.0
     assert rollout.group.get_total_rewards() == [1.5]
 
 
@@ -180,11 +187,14 @@ def test_a_faulty_env_fails_its_rollouts_not_the_run(renderer: BaseRenderer, mod
     ok_train, _ = asyncio.run(_task("vf-test-faulty", batch_size=1, group_size=2)())  # type: ignore[operator]
     policy = Scripted(renderer, lambda text, member: "hello")
     bad, good = asyncio.run(_play([*train.get_batch(0), *ok_train.get_batch(0)], policy))
-    assert bad.group is None and bad.failures == {"rollout/failed/VerifiersEnvError": 2}
+    assert bad.group is None
+    assert bad.failures == {"rollout/failed/VerifiersEnvError": 2}
     assert bad.first_error is not None
     message = str(bad.first_error)
-    assert "verifiers env 'vf-test-faulty'" in message and says in message, message
-    assert good.group is not None and good.group.get_total_rewards() == [1.0, 1.0]  # the batch went on
+    assert "verifiers env 'vf-test-faulty'" in message, message
+    assert says in message, message
+    assert good.group is not None
+    assert good.group.get_total_rewards() == [1.0, 1.0]
 
 
 @needs_verifiers
@@ -250,7 +260,8 @@ def test_tempering_rl_and_eval_run_a_verifiers_env_end_to_end(
     )
     assert rc == 0
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 2 and all("env/verifiers/vf-test-single/reward/mean" in m for m in metrics)
+    assert len(metrics) == 2
+    assert all("env/verifiers/vf-test-single/reward/mean" in m for m in metrics)
     assert all(m["env/frac_groups_failed"] == 0.0 for m in metrics)
     assert sum(m["tokens/trained"] for m in metrics) > 0  # the rubric's rewards vary: it trained
     out = tmp_path / "eval.json"
@@ -270,7 +281,8 @@ def test_tempering_rl_and_eval_run_a_verifiers_env_end_to_end(
     assert rc == 0
     body = json.loads(out.read_text())
     (result,) = body["results"]
-    assert result["kind"] == "verifiers" and len(result["rewards"]) == 4  # 2 eval rows x 2 samples
+    assert result["kind"] == "verifiers"
+    assert len(result["rewards"]) == 4
     assert all(math.isfinite(r) for r in result["rewards"])
     assert result["metrics"]["verifiers/vf-test-single/finished"] == 4.0
 
@@ -307,3 +319,25 @@ def test_cli_without_verifiers_names_the_extra(
     monkeypatch.setitem(sys.modules, "verifiers", None)
     assert main([command, "--verifiers-env", "vf-test-single"]) == 2
     assert "pip install 'tempering[verifiers]'" in capsys.readouterr().err
+
+
+@needs_verifiers
+def test_cleanup_cancels_a_rollout_the_loop_abandoned(renderer: BaseRenderer) -> None:
+    from tempering.envs.verifiers_env import VerifiersEnv
+
+    train, _ = asyncio.run(_task("vf-test-multi", batch_size=1, group_size=1)())  # type: ignore[operator]
+    builder = train.get_batch(0)[0]
+
+    async def abandon() -> VerifiersEnv:
+        (env,) = await builder.make_envs()
+        assert isinstance(env, VerifiersEnv)
+        await env.initial_observation()  # the env's rollout now waits for a reply that never comes
+        assert env._task is not None
+        assert not env._task.done()
+        await builder.cleanup()
+        await asyncio.sleep(0)
+        return env
+
+    env = asyncio.run(abandon())
+    assert env._task is not None
+    assert env._task.cancelled()

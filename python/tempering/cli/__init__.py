@@ -156,9 +156,9 @@ def _train(command: str, argv: Sequence[str]) -> int:
         return 2
     description = _TRAINERS[command] + flag_help(command)
     if command == "rl":
-        from tempering.cli.verifiers import HELP as verifiers_help
+        from tempering.cli.verifiers import HELP as VERIFIERS_HELP
 
-        description += verifiers_help
+        description += VERIFIERS_HELP
     config = finish(_tyro_cli(cls, argv, f"tempering {command}", description))
     run: Callable[[], Any] = config
     try:
