@@ -132,10 +132,10 @@ def load_verifiers_env(name: str, args: Mapping[str, Any] | None = None) -> Any:
     multi-turn env, is a :class:`ValueError` naming it and what to do."""
     if not name:
         raise ValueError("no verifiers environment named: give its name, e.g. --verifiers-env wordle")
+    vf = import_verifiers()
     key = (name, json.dumps(dict(args or {}), sort_keys=True))
     if key in _LOADED:
         return _LOADED[key]
-    vf = import_verifiers()
     module = name.replace("-", "_").split("/")[-1]
     if importlib.util.find_spec(module) is None:
         raise ValueError(
