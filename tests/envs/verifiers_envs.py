@@ -113,7 +113,6 @@ def load_environment():
 FAULTY = """
 import asyncio
 import math
-import time
 
 import verifiers as vf
 from datasets import Dataset
@@ -134,8 +133,6 @@ class Faulty(vf.MultiTurnEnv):
             raise ValueError("the env broke")
         if self.mode == "hang":
             await asyncio.sleep(60)
-        if self.mode == "block":
-            time.sleep(0.01)
         if self.mode == "vf_error":
             raise vf.ToolCallError("a tool failed for good")
         return [vf.UserMessage(content="again")]
