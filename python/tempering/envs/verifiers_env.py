@@ -284,8 +284,9 @@ class VerifiersEnv:
                 )
                 for t in tools
             ]
-            system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
-            messages = [*tool_prefix(self.renderer, declared, system), *messages[1 if system else 0 :]]
+            has_system = bool(messages) and messages[0]["role"] == "system"
+            system = messages[0]["content"] if has_system else ""
+            messages = [*tool_prefix(self.renderer, declared, system), *messages[int(has_system) :]]
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         await self._requests.put((messages, reply))
         return await reply
