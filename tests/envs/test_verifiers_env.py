@@ -341,3 +341,14 @@ def test_cleanup_cancels_a_rollout_the_loop_abandoned(renderer: BaseRenderer) ->
     env = asyncio.run(abandon())
     assert env._task is not None
     assert env._task.cancelled()
+
+
+@needs_verifiers
+@pytest.mark.parametrize("name", ["vf-test-single", "vf-test-multi", "vf-test-tools"])
+def test_each_env_passes_the_env_conformance_kit(name: str) -> None:
+    from tempering_protocols.testing import check_env
+
+    train, _ = asyncio.run(_task(name, batch_size=1, group_size=1)())  # type: ignore[operator]
+    (env,) = asyncio.run(train.get_batch(0)[0].make_envs())
+    trajectory = check_env(env)  # default actions; also: a finished env refuses another step
+    assert trajectory.transitions[-1].episode_done
