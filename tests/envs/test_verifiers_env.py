@@ -352,3 +352,13 @@ def test_each_env_passes_the_env_conformance_kit(name: str) -> None:
     (env,) = asyncio.run(train.get_batch(0)[0].make_envs())
     trajectory = check_env(env)  # default actions; also: a finished env refuses another step
     assert trajectory.transitions[-1].episode_done
+
+
+def test_verifiers_0_4_without_the_classic_api_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    v1_only = types.ModuleType("verifiers")  # 0.4.0's package root: only `verifiers.v1` below it
+    v1_only.__version__ = "0.4.0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "verifiers", v1_only)
+    with pytest.raises(VerifiersMissingError, match=r"verifiers 0\.4\.0 has no classic environment API"):
+        import_verifiers()
