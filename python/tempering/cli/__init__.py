@@ -141,12 +141,25 @@ def _train(command: str, argv: Sequence[str]) -> int:
     from tempering.rl.rollouts import RolloutsFailedError
     from tempering.training import RunExistsError
 
+    if command == "rl":
+        from tempering.envs.verifiers_env import VerifiersMissingError
+
+        try:
+            argv = _verifiers_rl_argv(argv)
+        except (ValueError, VerifiersMissingError) as exc:
+            print(f"tempering {command}: {exc}", file=sys.stderr)
+            return 2
     try:
         cls, argv, finish = with_dataset_builder(command, _config_class(command), argv)
     except BuilderError as exc:
         print(f"tempering {command}: {exc}", file=sys.stderr)
         return 2
-    config = finish(_tyro_cli(cls, argv, f"tempering {command}", _TRAINERS[command] + flag_help(command)))
+    description = _TRAINERS[command] + flag_help(command)
+    if command == "rl":
+        from tempering.cli.verifiers import HELP as VERIFIERS_HELP
+
+        description += VERIFIERS_HELP
+    config = finish(_tyro_cli(cls, argv, f"tempering {command}", description))
     run: Callable[[], Any] = config
     try:
         result = asyncio.run(run())
@@ -160,6 +173,18 @@ def _train(command: str, argv: Sequence[str]) -> int:
     summary = {k: v for k, v in last.items() if not k.startswith("time/")}
     print(json.dumps({"final": result.final.state_path, "sampler": result.final.sampler_path, **summary}))
     return 0
+
+
+def _verifiers_rl_argv(argv: Sequence[str]) -> Sequence[str]:
+    """``tempering rl --verifiers-env NAME``: the env checked, then trained on as a dataset builder
+    (:mod:`tempering.cli.verifiers`)."""
+    from tempering.cli.verifiers import rl_argv, split_flags
+
+    choice, rest = split_flags(argv)
+    if choice is None:
+        return argv
+    choice.check()
+    return rl_argv(choice, rest)
 
 
 _LOCAL_MODULES = frozenset(EXTRAS["local"][1])

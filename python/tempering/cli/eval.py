@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import attrs
 import tyro
 
+from tempering.cli.verifiers import VerifiersChoice
 from tempering.evals.benchmarks import UnknownBenchmarkError
 from tempering.evals.clients import ModelSource
 from tempering.evals.report import print_table, write_report
@@ -49,10 +50,13 @@ class EvalCommandConfig(EvalSuite, ModelSource):
         return ModelSource(**{f.name: getattr(self, f.name) for f in attrs.fields(ModelSource)})
 
 
-async def run_eval(config: EvalCommandConfig) -> dict[str, float]:
-    """Run ``config``'s benchmarks, write the JSON results and print the table; returns every
+async def run_eval(
+    config: EvalCommandConfig, *, verifiers: VerifiersChoice | None = None
+) -> dict[str, float]:
+    """Run ``config``'s benchmarks (and the ``verifiers`` env: its eval dataset, ``limit`` rows,
+    ``num_samples`` rollouts each), write the JSON results and print the table; returns every
     benchmark's metrics (``<benchmark>/<metric>``)."""
-    from tempering.backend import ModelConfig
+    from tempering.backend import ModelConfig, load_renderer
 
     suite = config.suite()
     source = config.source()
@@ -64,6 +68,23 @@ async def run_eval(config: EvalCommandConfig) -> dict[str, float]:
             result = await evaluator.run(sampling_client)
             results.append(result)
             metrics |= result.metrics()
+        if verifiers is not None:
+            from tempering.rl.verifiers_eval import evaluate_verifiers, print_verifiers_table
+
+            env_result = await evaluate_verifiers(
+                sampling_client,
+                load_renderer(source.base_model, source.renderer_name),
+                verifiers.env,
+                verifiers.args,
+                n=suite.limit,
+                group_size=suite.num_samples,
+                max_tokens=suite.max_tokens,
+                temperature=suite.temperature,
+                seed=suite.seed,
+            )
+            results.append(env_result)
+            metrics |= env_result.metrics()
+            print_verifiers_table(env_result)
     settings = attrs.asdict(suite)
     model = {
         "base_model": source.base_model,
@@ -71,28 +92,44 @@ async def run_eval(config: EvalCommandConfig) -> dict[str, float]:
         "renderer": source.renderer(),
         "backend": source.backend(),
     }
+    if verifiers is not None:
+        settings["verifiers_env"], settings["verifiers_env_args"] = verifiers.env, verifiers.args
     path = write_report(config.output, model=model, settings=settings, results=results)
-    print_table(results, title=f"{source.model_path or source.base_model} ({source.backend()})")
+    benchmarks = [r for r in results if getattr(r, "kind", "") != "verifiers"]
+    if benchmarks:
+        print_table(benchmarks, title=f"{source.model_path or source.base_model} ({source.backend()})")
     print(f"results: {path}")
     return metrics
 
 
 def main(argv: list[str], tyro_cli: Any) -> int:
-    """``tempering eval [flags]`` (``tyro_cli`` builds the config from ``argv``)."""
+    """``tempering eval [flags]`` (``tyro_cli`` builds the config from ``argv``); with
+    ``--verifiers-env NAME`` (:mod:`tempering.cli.verifiers`) that env too, and no benchmark
+    unless ``--benchmark`` is given."""
+    from tempering.cli.verifiers import split_flags
+    from tempering.envs.verifiers_env import VerifiersMissingError
+
     if "--list" in argv:
         for name in known_benchmarks():
             print(name)
         return 0
     try:
+        choice, argv = split_flags(argv)
+        if choice is not None:
+            choice.check()
+            if not any(a.split("=", 1)[0] in ("--benchmark", "--benchmarks") for a in argv):
+                argv = ["--benchmarks", *argv]  # an empty list: the env alone
         config: EvalCommandConfig = tyro_cli(EvalCommandConfig, argv, "tempering eval", _HELP)
-    except (UnknownBenchmarkError, ValueError) as exc:  # the suite checks its names and data entries
+    except (UnknownBenchmarkError, ValueError, VerifiersMissingError) as exc:  # names, data entries, the env
         print(f"tempering eval: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(run_eval(config))
+    asyncio.run(run_eval(config, verifiers=choice))
     return 0
 
 
 _HELP = (
     "evaluate a model on benchmarks (GSM8K, MATH-500, AIME, IFEval, MMLU-Pro, GPQA, SuperGPQA, "
-    "MMLU-Redux, MBPP, chat-file NLL) (docs/evals.md)"
+    "MMLU-Redux, MBPP, chat-file NLL) (docs/evals.md), or on an installed verifiers environment: "
+    "--verifiers-env NAME [--verifiers-env-args JSON], --limit rows, --num-samples rollouts each "
+    "(docs/verifiers.md)"
 )

@@ -13,6 +13,9 @@ multi-turn: guess a number (higher/      :class:`GuessNumberGroupBuilder`, :clas
 lower feedback)
 pairwise-preference tournaments (RLHF)   :class:`PairwisePreferenceGroupBuilder`,
                                          :class:`PreferenceModel`
+an installed verifiers environment       :mod:`tempering.envs.verifiers_env` (the env),
+                                         :mod:`tempering.envs.verifiers_data` (the builder;
+                                         imported on use: docs/verifiers.md)
 =======================================  ====================================================
 
 Example::
