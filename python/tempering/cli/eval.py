@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import attrs
@@ -56,14 +57,16 @@ async def run_eval(config: EvalCommandConfig) -> dict[str, float]:
 
     suite = config.suite()
     source = config.source()
-    evaluators = suite.build(ModelConfig(base_model=source.base_model, renderer_name=source.renderer_name))
+    model_config = ModelConfig(base_model=source.base_model, renderer_name=source.renderer_name)
+    evaluators = suite.build(model_config, log_dir=str(Path(config.output).parent))
     results: list[Any] = []
     metrics: dict[str, float] = {}
     async with source.open() as sampling_client:
         for evaluator in evaluators:
-            result = await evaluator.run(sampling_client)
-            results.append(result)
-            metrics |= result.metrics()
+            outcome = await evaluator.run(sampling_client)
+            for result in outcome if isinstance(outcome, list) else [outcome]:  # inspect: one per task
+                results.append(result)
+                metrics |= result.metrics()
     settings = attrs.asdict(suite)
     model = {
         "base_model": source.base_model,

@@ -229,7 +229,7 @@ class _Run:
         """The async schedule's producer and queue (rl/schedules.py); idle in the others."""
         self.trajectory_log: TrajectoryLog | None = None
         """The trajectory log's writer (``RLConfig.log_trajectories``)."""
-        self.evaluators = config.evals.build(config.model)
+        self.evaluators = config.evals.build(config.model, log_dir=config.run.log_dir)
         """``RLConfig.evals``' evaluators, run with the test set."""
         self.shaper = BatchShaper(config.batch, config.max_tokens)
 
