@@ -31,6 +31,7 @@ from inspect_ai.solver import generate
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.cli import _tyro_cli
 from tempering.cli.eval import EvalCommandConfig, run_eval
+from tempering.envs.tasks import LowercaseTask
 from tempering.evals.inspect_eval import (
     InspectEvaluator,
     InspectTaskError,
@@ -43,7 +44,9 @@ from tempering.evals.report import read_report
 from tempering.evals.stats import item_seed, wilson_interval
 from tempering.evals.suite import EvalSuite
 from tempering.local import ServiceClient
+from tempering.preference import ComparisonData, DPOConfig
 from tempering.renderers import get_renderer
+from tempering.rl.train import RLConfig
 from tempering.sft import ChatData, SFTConfig
 from tempering.training import RunConfig
 from tempering_protocols import Renderer, SamplingClient
@@ -304,3 +307,32 @@ def test_tempering_eval_runs_an_inspect_task(
     assert inspect_result["metrics"]["samples"] == 2
     assert Path(inspect_result["log"]).parent == output.parent / "inspect"
     assert Path(inspect_result["log"]).is_file()
+
+
+def test_rl_and_dpo_run_an_inspect_task_and_log_it_in_their_run_dir(
+    tmp_path: Path, service: ServiceClient, tasks_py: Path
+) -> None:
+    suite = EvalSuite(benchmarks=(f"inspect:{tasks_py}@add_one",), limit=1, max_tokens=4)
+    rl = RLConfig(
+        run=RunConfig(log_dir=str(tmp_path / "rl"), save_every=0, eval_every=1, progress=False),
+        dataset=LowercaseTask(batch_size=2, group_size=2),
+        num_steps=2,
+        max_tokens=4,
+        evals=suite,
+    )
+    rl_metrics = asyncio.run(rl(service)).metrics
+    assert [m["inspect/add_one/samples"] for m in rl_metrics] == [1, 1]
+    assert len(list((tmp_path / "rl" / "inspect").glob("*.eval"))) == 2
+    dpo = DPOConfig(
+        run=RunConfig(log_dir=str(tmp_path / "dpo"), save_every=0, eval_every=0, progress=False),
+        data=ComparisonData(batch_size=4, test_size=4),
+        max_steps=1,
+        evals=suite,
+    )
+    dpo_metrics = asyncio.run(dpo(service)).metrics
+    assert dpo_metrics[0]["initial/inspect/add_one/match/accuracy"] == 0.0
+    assert "test/dpo_accuracy" in dpo_metrics[-1]  # the held-out pairs still run beside it
+    assert dpo_metrics[-1]["inspect/add_one/match/accuracy_ci_high"] == pytest.approx(
+        wilson_interval(0, 1)[1]
+    )
+    assert len(list((tmp_path / "dpo" / "inspect").glob("*.eval"))) == 2
