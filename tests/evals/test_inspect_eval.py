@@ -29,7 +29,7 @@ from inspect_ai.scorer import match
 from inspect_ai.solver import generate
 
 from tempering.backend import ModelConfig, load_tokenizer
-from tempering.cli import _tyro_cli
+from tempering.cli import _tyro_cli, main
 from tempering.cli.eval import EvalCommandConfig, run_eval
 from tempering.envs.tasks import LowercaseTask
 from tempering.evals.inspect_eval import (
@@ -259,6 +259,39 @@ def test_bad_task_specs_are_named_when_the_suite_is_built(tasks_py: Path) -> Non
         EvalSuite(benchmarks=("inspect:",))
     with pytest.raises(ValueError, match=r"is an inspect task, which reads its own dataset"):
         EvalSuite(benchmarks=(f"inspect:{tasks_py}@add_one",), data=("x.jsonl",))
+    twice = (f"inspect:{tasks_py}@add_one",) * 2
+    with pytest.raises(ValueError, match=r"inspect task 'add_one' is already run by"):
+        EvalSuite(benchmarks=twice).build(model)
+    # a whole file (every task in it), also by an absolute path
+    both = tasks_py.parent / "two_tasks.py"
+    both.write_text(
+        TASKS_PY.split("@task\ndef unbuildable")[0]
+        + TASKS_PY.replace("add_one", "add_two").split("@task\ndef unbuildable")[0]
+    )
+    (evaluator,) = EvalSuite(benchmarks=(f"inspect:{both}",)).build(model)
+    assert isinstance(evaluator, InspectEvaluator)
+    assert sorted(t.name for t in evaluator.tasks) == ["add_one", "add_two"]
+
+
+@pytest.mark.usefixtures("local_env")
+def test_the_cli_names_a_bad_or_failing_task_in_one_line(
+    tmp_path: Path, tasks_py: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["sft", "--run.log-dir", str(run_dir), "--max-steps", "1", "--data.batch-size", "2"]
+    assert main([*argv, "--evals.benchmarks", "inspect:no_such_task_anywhere"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tempering sft: inspect task 'no_such_task_anywhere': no such task; give")
+    assert "Traceback" not in err
+    assert not run_dir.exists(), "refused before the run directory is made"
+    assert (
+        main([*argv, "--evals.benchmarks", f"inspect:{tasks_py}@exploding", "--evals.max-tokens", "4"]) == 1
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("tempering sft: inspect task 'exploding': the evaluation ended with status 'error'")
+    assert "the solver exploded" in err
+    assert str(run_dir / "inspect") in err
+    assert "Traceback" not in err
 
 
 def test_a_registered_task_function_is_found_by_name(tasks_py: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -284,16 +317,21 @@ def test_the_inspect_task_comes_from_the_sft_flags(tasks_py: Path) -> None:
     assert config.evals == EvalSuite(benchmarks=(spec, "nll"), limit=5)
 
 
-def test_tempering_eval_runs_an_inspect_task(
-    tmp_path: Path, local_root: Path, tasks_py: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def local_env(monkeypatch: pytest.MonkeyPatch, local_root: Path) -> None:
+    """The CLI's service is the local engine on the test store."""
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     for key, value in (
         ("TEMPERING_HOME", str(local_root)),
         ("TEMPERING_DEVICE", "cpu"),
+        ("TEMPERING_DTYPE", "float32"),
         ("TEMPERING_NUM_THREADS", "1"),
     ):
         monkeypatch.setenv(key, value)
+
+
+@pytest.mark.usefixtures("local_env")
+def test_tempering_eval_runs_an_inspect_task(tmp_path: Path, tasks_py: Path) -> None:
     output = tmp_path / "out" / "e.json"
     command = EvalCommandConfig(
         benchmarks=(f"inspect:{tasks_py}@add_one", "nll"), limit=2, max_tokens=4, output=str(output)

@@ -30,9 +30,11 @@ class EvalCommandConfig(EvalSuite, ModelSource):
     """Evaluate a model on benchmarks: graded ones (math: ``gsm8k``, ``math500``, ``aime24``,
     ``aime25``; instruction following: ``ifeval``; multiple choice: ``mmlu_pro``, ``gpqa``,
     ``supergpqa``, ``mmlu_redux``; code in a sandbox: ``mbpp``; pass@1 over ``num_samples``
-    seeded samples per item, with a 95% Wilson interval) and ``nll`` (NLL per token and bits
-    per byte of a chat file). The model runs on the local engine, on a ``tempering serve``
-    (``base_url``) or on the hosted service (``TINKER_API_KEY``).
+    seeded samples per item, with a 95% Wilson interval), ``nll`` (NLL per token and bits
+    per byte of a chat file) and ``inspect:TASK`` (any inspect-ai task: a registered name or
+    ``FILE.py@TASK``; its log goes to ``inspect/`` beside ``output``). The model runs on the
+    local engine, on a ``tempering serve`` (``base_url``) or on the hosted service
+    (``TINKER_API_KEY``).
     Results go to ``output`` (JSON) and print as a table. The suite's fields are
     :class:`~tempering.evals.suite.EvalSuite`'s, the model's
     :class:`~tempering.evals.clients.ModelSource`'s.

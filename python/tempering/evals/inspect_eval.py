@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ from tempering_protocols import Renderer, SamplingClient
 if TYPE_CHECKING:
     from inspect_ai import Task
     from inspect_ai.log import EvalLog
+    from inspect_ai.model import Model
 
 __all__ = [
     "INSPECT_PREFIX",
@@ -112,7 +114,8 @@ def load_inspect_tasks(spec: str | Task, task_args: Mapping[str, Any] | None = N
     """
     require_inspect(f"inspect task {spec!r}")
     from inspect_ai import Task
-    from inspect_ai._eval.loader import load_tasks  # the resolver of `inspect eval`
+    from inspect_ai._eval.loader import load_tasks  # the resolver of `inspect eval` (private)
+    from inspect_ai._util.error import PrerequisiteError
 
     if isinstance(spec, Task):
         return [spec]
@@ -120,15 +123,17 @@ def load_inspect_tasks(spec: str | Task, task_args: Mapping[str, Any] | None = N
         "give a registered name (a package's task, e.g. inspect_evals/gsm8k after pip install "
         "inspect-evals, or a @task function whose module is imported), FILE.py@TASK or FILE.py"
     )
+    if "@" not in spec and spec.endswith(".py") and os.path.isabs(spec):
+        spec = os.path.relpath(spec)  # inspect globs a bare FILE.py, and only relative patterns
     try:
         tasks = load_tasks([spec], dict(task_args or {}))
     except FileNotFoundError as exc:
         raise UnknownInspectTaskError(
             f"inspect task {spec!r}: no such file {exc.filename!r}; {hint}"
         ) from exc
+    except PrerequisiteError as exc:  # inspect's "Task named 'x' not found."
+        raise UnknownInspectTaskError(f"inspect task {spec!r}: {exc}; {hint}") from exc
     except Exception as exc:
-        if type(exc).__name__ == "PrerequisiteError":  # inspect's "Task named 'x' not found."
-            raise UnknownInspectTaskError(f"inspect task {spec!r}: {exc}; {hint}") from exc
         raise InspectTaskError(
             f"inspect task {spec!r} raised while being built: {type(exc).__name__}: {exc}"
         ) from exc
@@ -277,7 +282,7 @@ class InspectEvaluator:
         self.logs.extend(logs)
         return [InspectResult(log) for log in logs]
 
-    def _model(self, sampling_client: SamplingClient, task_name: str) -> Any:
+    def _model(self, sampling_client: SamplingClient, task_name: str) -> Model:
         from inspect_ai.model import GenerateConfig, get_model
 
         import tempering.evals.inspect_model  # noqa: F401  # pyright: ignore[reportUnusedImport] - registers the provider

@@ -132,12 +132,21 @@ class EvalSuite:
         grader = MathGrader(timeout_s=self.grader_timeout_s)
         paths = self.data_paths()
         out: list[Evaluator] = []
+        inspect_tasks: dict[str, str] = {}  # task name -> the benchmark that brought it
         for name in self.benchmarks:
             spec = inspect_spec(name)
             if spec is not None:
+                tasks = load_inspect_tasks(spec)
+                for task in tasks:
+                    if task.name in inspect_tasks:
+                        raise ValueError(
+                            f"benchmark {name!r}: inspect task {task.name!r} is already run by "
+                            f"{inspect_tasks[task.name]!r} (their metrics would share a name)"
+                        )
+                    inspect_tasks[task.name] = name
                 out.append(
                     InspectEvaluator(
-                        load_inspect_tasks(spec),
+                        tasks,
                         base_model=model.base_model,
                         renderer=renderer,
                         log_dir=None if log_dir is None else str(Path(log_dir) / LOG_SUBDIR),
