@@ -38,6 +38,7 @@ from tempering.evals.inspect_eval import (
     InspectUnavailableError,
     UnknownInspectTaskError,
     load_inspect_tasks,
+    parse_task_args,
 )
 from tempering.evals.inspect_model import request_seed
 from tempering.evals.report import read_report
@@ -69,8 +70,8 @@ TASKS_PY = textwrap.dedent(
 
 
     @task
-    def add_one():
-        samples = [Sample(input=f"What is {{i}}+1?", target="{IMPOSSIBLE}", id=i) for i in range(3)]
+    def add_one(n: int = 3):
+        samples = [Sample(input=f"What is {{i}}+1?", target="{IMPOSSIBLE}", id=i) for i in range(n)]
         return Task(dataset=MemoryDataset(samples), solver=generate(), scorer=match())
 
 
@@ -260,7 +261,7 @@ def test_bad_task_specs_are_named_when_the_suite_is_built(tasks_py: Path) -> Non
     with pytest.raises(ValueError, match=r"is an inspect task, which reads its own dataset"):
         EvalSuite(benchmarks=(f"inspect:{tasks_py}@add_one",), data=("x.jsonl",))
     twice = (f"inspect:{tasks_py}@add_one",) * 2
-    with pytest.raises(ValueError, match=r"inspect task 'add_one' is already run by"):
+    with pytest.raises(ValueError, match=r"inspect task 'add_one' of .* is already run by"):
         EvalSuite(benchmarks=twice).build(model)
     # a whole file (every task in it), also by an absolute path
     both = tasks_py.parent / "two_tasks.py"
@@ -294,6 +295,27 @@ def test_the_cli_names_a_bad_or_failing_task_in_one_line(
     assert "Traceback" not in err
 
 
+def test_task_arguments_are_given_to_the_task_functions_and_checked(tasks_py: Path) -> None:
+    model = ModelConfig()
+    spec = f"inspect:{tasks_py}@add_one"
+    (evaluator,) = EvalSuite(benchmarks=(spec,), inspect_args=("n=2",)).build(model)
+    assert isinstance(evaluator, InspectEvaluator)
+    assert len(evaluator.tasks[0].dataset) == 2
+    assert parse_task_args(["n=2", "name=abc", "x=[1, 2]", 'y="5"', "z=true"]) == {
+        "n": 2, "name": "abc", "x": [1, 2], "y": "5", "z": True
+    }  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"\['colour'\]: not a parameter of any inspect task run \('add_one'\)"
+    ):
+        EvalSuite(benchmarks=(spec,), inspect_args=("colour=red",)).build(model)
+    with pytest.raises(ValueError, match=r"inspect task argument 'n': give KEY=VALUE"):
+        EvalSuite(benchmarks=(spec,), inspect_args=("n",))
+    with pytest.raises(ValueError, match=r"no inspect task \(inspect:TASK\) is run"):
+        EvalSuite(benchmarks=("nll",), inspect_args=("n=2",))
+    with pytest.raises(InspectTaskError, match=r"raised while being built: TypeError"):
+        EvalSuite(benchmarks=(spec,), inspect_args=("n=two",)).build(model)
+
+
 def test_a_registered_task_function_is_found_by_name(tasks_py: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(tasks_py.parent))
     monkeypatch.delitem(sys.modules, "my_tasks", raising=False)
@@ -313,8 +335,8 @@ def test_without_inspect_the_suite_names_the_missing_extra(monkeypatch: pytest.M
 def test_the_inspect_task_comes_from_the_sft_flags(tasks_py: Path) -> None:
     spec = f"inspect:{tasks_py}@add_one"
     argv = ["--run.log-dir", "r", "--evals.benchmarks", spec, "nll", "--evals.limit", "5"]
-    config = _tyro_cli(SFTConfig, argv, "tempering sft", "sft")
-    assert config.evals == EvalSuite(benchmarks=(spec, "nll"), limit=5)
+    config = _tyro_cli(SFTConfig, [*argv, "--evals.inspect-args", "n=2"], "tempering sft", "sft")
+    assert config.evals == EvalSuite(benchmarks=(spec, "nll"), limit=5, inspect_args=("n=2",))
 
 
 @pytest.fixture

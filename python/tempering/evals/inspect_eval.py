@@ -57,10 +57,13 @@ __all__ = [
     "InspectTaskError",
     "InspectUnavailableError",
     "UnknownInspectTaskError",
+    "build_inspect_evaluators",
     "inspect_metrics",
     "inspect_spec",
     "load_inspect_tasks",
+    "parse_task_args",
     "require_inspect",
+    "used_task_args",
 ]
 
 INSPECT_PREFIX = "inspect:"
@@ -105,19 +108,47 @@ def require_inspect(what: str) -> None:
         ) from exc
 
 
-def load_inspect_tasks(spec: str | Task, task_args: Mapping[str, Any] | None = None) -> list[Task]:
+def parse_task_args(entries: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` entries (inspect eval's ``-T``) as task arguments: a value that parses as
+    JSON is that (``5``, ``0.5``, ``true``, ``[1, 2]``, ``"5"``), any other is text."""
+    out: dict[str, Any] = {}
+    for entry in entries:
+        key, sep, text = entry.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(f"inspect task argument {entry!r}: give KEY=VALUE, e.g. fewshot=0")
+        if key in out:
+            raise ValueError(f"inspect task argument {key!r} is given twice")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def load_inspect_tasks(
+    spec: str | Task, task_args: Mapping[str, Any] | None = None, *, check_args: bool = True
+) -> list[Task]:
     """The tasks ``spec`` names (a ``Task``, a registry name, ``FILE.py@TASK``, ``FILE.py``),
-    built now with ``task_args``, through the loader ``inspect eval`` uses.
+    built now with ``task_args`` (the parameters of the task function), through the loader
+    ``inspect eval`` uses.
 
     Raises :class:`UnknownInspectTaskError` when nothing matches, :class:`InspectTaskError` when
-    building the task raises, :class:`InspectUnavailableError` without inspect-ai.
+    building the task raises, ``ValueError`` for an argument no task takes (unless not
+    ``check_args``: :func:`used_task_args` tells which were taken) or any argument with a
+    ``Task`` object, :class:`InspectUnavailableError` without inspect-ai.
     """
     require_inspect(f"inspect task {spec!r}")
     from inspect_ai import Task
     from inspect_ai._eval.loader import load_tasks  # the resolver of `inspect eval` (private)
     from inspect_ai._util.error import PrerequisiteError
 
+    args = dict(task_args or {})
     if isinstance(spec, Task):
+        if args:
+            raise ValueError(
+                f"inspect task {spec.name!r} is a built Task: it takes no arguments ({sorted(args)})"
+            )
         return [spec]
     hint = (
         "give a registered name (a package's task, e.g. inspect_evals/gsm8k after pip install "
@@ -126,7 +157,7 @@ def load_inspect_tasks(spec: str | Task, task_args: Mapping[str, Any] | None = N
     if "@" not in spec and spec.endswith(".py") and os.path.isabs(spec):
         spec = os.path.relpath(spec)  # inspect globs a bare FILE.py, and only relative patterns
     try:
-        tasks = load_tasks([spec], dict(task_args or {}))
+        tasks = load_tasks([spec], args)
     except FileNotFoundError as exc:
         raise UnknownInspectTaskError(
             f"inspect task {spec!r}: no such file {exc.filename!r}; {hint}"
@@ -139,7 +170,18 @@ def load_inspect_tasks(spec: str | Task, task_args: Mapping[str, Any] | None = N
         ) from exc
     if not tasks:
         raise UnknownInspectTaskError(f"inspect task {spec!r}: no such task; {hint}")
+    unused = sorted(set(args) - used_task_args(tasks))
+    if check_args and unused:
+        names = ", ".join(repr(t.name) for t in tasks)
+        raise ValueError(f"inspect task {spec!r}: argument(s) {unused} are not parameters of task {names}")
     return tasks
+
+
+def used_task_args(tasks: Sequence[Task]) -> set[str]:
+    """The arguments the task functions of ``tasks`` took (none for a ``Task`` built directly)."""
+    from inspect_ai._eval.loader import resolve_task_args
+
+    return {key for task in tasks for key in resolve_task_args(task)}
 
 
 def _number(value: object) -> float | None:
@@ -315,3 +357,54 @@ class InspectEvaluator:
         for result in await self.run(sampling_client):
             out |= result.metrics()
         return out
+
+
+def build_inspect_evaluators(
+    specs: Sequence[str | Task],
+    task_args: Mapping[str, Any],
+    *,
+    base_model: str,
+    renderer: Renderer,
+    log_dir: str | None = None,
+    limit: int | None = None,
+    num_samples: int = 1,
+    temperature: float = 1.0,
+    max_tokens: int = 512,
+    seed: int = 0,
+) -> list[InspectEvaluator]:
+    """One evaluator per spec (a suite's ``inspect:`` benchmarks), its tasks built now with
+    ``task_args``; each argument must be taken by some task, and no task may come twice (its
+    metrics would share a name)."""
+    out: list[InspectEvaluator] = []
+    seen: dict[str, str | Task] = {}  # task name -> the spec that brought it
+    used: set[str] = set()
+    for spec in specs:
+        tasks = load_inspect_tasks(spec, task_args, check_args=False)
+        used |= used_task_args(tasks)
+        for task in tasks:
+            if task.name in seen:
+                raise ValueError(
+                    f"inspect task {task.name!r} of {spec!r} is already run by {seen[task.name]!r} "
+                    "(their metrics would share a name)"
+                )
+            seen[task.name] = spec
+        out.append(
+            InspectEvaluator(
+                tasks,
+                base_model=base_model,
+                renderer=renderer,
+                log_dir=log_dir,
+                limit=limit,
+                num_samples=num_samples,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=seed,
+            )
+        )
+    unused = sorted(set(task_args) - used)
+    if unused:
+        raise ValueError(
+            f"inspect task arguments {unused}: not a parameter of any inspect task run "
+            f"({', '.join(repr(name) for name in seen)})"
+        )
+    return out

@@ -29,8 +29,9 @@ from tempering.evals.inspect_eval import (
     INSPECT_PREFIX,
     LOG_SUBDIR,
     InspectEvaluator,
+    build_inspect_evaluators,
     inspect_spec,
-    load_inspect_tasks,
+    parse_task_args,
     require_inspect,
 )
 from tempering.evals.math_bench import BenchmarkEvaluator
@@ -86,7 +87,10 @@ class EvalSuite:
     """Time limit of one answer check, or of one program run for code benchmarks (a timeout is
     a wrong answer, and counted)."""
     system_prompt: str | None = None
-    """A system message before each problem."""
+    """A system message before each problem (not for inspect tasks, which write their own)."""
+    inspect_args: tuple[str, ...] = ()
+    """Arguments of the inspect tasks, as inspect eval's -T: KEY=VALUE (a value that parses as
+    JSON is that, e.g. 5, true, [1, 2]; any other is text); each must be a parameter of a task."""
 
     def __attrs_post_init__(self) -> None:
         for name in self.benchmarks:
@@ -95,6 +99,9 @@ class EvalSuite:
             elif name != NLL_BENCHMARK:
                 get_benchmark(name, known_benchmarks())
         self.data_paths()  # refuse a bad data entry now, not at the first evaluation
+        parse_task_args(self.inspect_args)
+        if self.inspect_args and not any(inspect_spec(name) is not None for name in self.benchmarks):
+            raise ValueError(f"inspect_args {list(self.inspect_args)}: no inspect task (inspect:TASK) is run")
 
     def data_paths(self) -> dict[str, str]:
         """The data override of each benchmark that has one."""
@@ -132,31 +139,24 @@ class EvalSuite:
         grader = MathGrader(timeout_s=self.grader_timeout_s)
         paths = self.data_paths()
         out: list[Evaluator] = []
-        inspect_tasks: dict[str, str] = {}  # task name -> the benchmark that brought it
+        specs = [spec for spec in map(inspect_spec, self.benchmarks) if spec is not None]
+        inspect_evaluators = iter(
+            build_inspect_evaluators(
+                specs,
+                parse_task_args(self.inspect_args),
+                base_model=model.base_model,
+                renderer=renderer,
+                log_dir=None if log_dir is None else str(Path(log_dir) / LOG_SUBDIR),
+                limit=self.limit,
+                num_samples=self.num_samples,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                seed=self.seed,
+            )
+        )
         for name in self.benchmarks:
-            spec = inspect_spec(name)
-            if spec is not None:
-                tasks = load_inspect_tasks(spec)
-                for task in tasks:
-                    if task.name in inspect_tasks:
-                        raise ValueError(
-                            f"benchmark {name!r}: inspect task {task.name!r} is already run by "
-                            f"{inspect_tasks[task.name]!r} (their metrics would share a name)"
-                        )
-                    inspect_tasks[task.name] = name
-                out.append(
-                    InspectEvaluator(
-                        tasks,
-                        base_model=model.base_model,
-                        renderer=renderer,
-                        log_dir=None if log_dir is None else str(Path(log_dir) / LOG_SUBDIR),
-                        limit=self.limit,
-                        num_samples=self.num_samples,
-                        temperature=self.temperature,
-                        max_tokens=self.max_tokens,
-                        seed=self.seed,
-                    )
-                )
+            if inspect_spec(name) is not None:
+                out.append(next(inspect_evaluators))
                 continue
             if name == NLL_BENCHMARK:
                 path = resolve_data_path(paths.get(name, NLL_DEFAULT_DATA))
