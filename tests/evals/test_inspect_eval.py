@@ -183,6 +183,16 @@ def test_scores_metrics_and_wilson_interval_of_a_task(
     index = [json.loads(line) for line in (tmp_path / "logs" / "evaluations.jsonl").read_text().splitlines()]
     assert [(e["evaluation"], e["task"]) for e in index] == [(0, "echo"), (1, "echo"), (2, "echo")]
     assert index[0]["metrics"]["match/accuracy"] == pytest.approx(0.25)
+    # a new evaluator on the same folder (a resumed run) goes on numbering; a torn line is skipped
+    with (tmp_path / "logs" / "evaluations.jsonl").open("a") as f:
+        f.write('{"evaluation": 9, "ta')
+    resumed = InspectEvaluator(
+        [task], base_model="tempering/tiny", renderer=renderer, log_dir=str(tmp_path / "logs")
+    )
+    asyncio.run(resumed(sampler))
+    lines = (tmp_path / "logs" / "evaluations.jsonl").read_text().splitlines()
+    assert lines[-2] == '{"evaluation": 9, "ta'
+    assert json.loads(lines[-1])["evaluation"] == 3
 
 
 def test_sft_runs_an_inspect_task_every_eval_every_steps(

@@ -288,6 +288,7 @@ class InspectEvaluator:
     max_tokens: int = attrs.field(default=512, validator=_check_positive)
     seed: int = 0
     logs: list[EvalLog] = attrs.field(factory=list["EvalLog"])
+    _first: int | None = attrs.field(default=None, init=False)
 
     async def run(self, sampling_client: SamplingClient) -> list[InspectResult]:
         """Evaluate every task on ``sampling_client``; one result (a finished log) per task.
@@ -299,7 +300,9 @@ class InspectEvaluator:
         require_inspect("InspectEvaluator")
         from inspect_ai import eval as inspect_eval
 
-        evaluation = len(self.logs) // len(self.tasks)
+        if self._first is None:
+            self._first = self._recorded()
+        evaluation = self._first + len(self.logs) // len(self.tasks)
         logs: list[EvalLog] = []
         for task in self.tasks:  # one eval per task: each has its own model, seeded by its name
             model = self._model(sampling_client, task.name)
@@ -338,6 +341,28 @@ class InspectEvaluator:
             seed=item_seed(self.seed, "inspect", task_name),
         )
 
+    def _recorded(self) -> int:
+        """How many evaluations of these tasks ``evaluations.jsonl`` already records (a resumed
+        run's), so the numbers go on; unreadable lines (a write cut by a kill) are skipped."""
+        if self.log_dir is None:
+            return 0
+        path = Path(self.log_dir) / "evaluations.jsonl"
+        names = {task.name for task in self.tasks}
+        last = -1
+        if path.is_file():
+            for text in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    line = json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+                if (
+                    isinstance(line, dict)
+                    and line.get("task") in names
+                    and isinstance(line.get("evaluation"), int)
+                ):
+                    last = max(last, int(line["evaluation"]))
+        return last + 1
+
     def _index(self, evaluation: int, log: EvalLog) -> None:
         if self.log_dir is None:
             return
@@ -349,8 +374,13 @@ class InspectEvaluator:
         }
         path = Path(self.log_dir) / "evaluations.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        with path.open("a+b") as f:  # appends go to the end whatever the position read from
+            size = f.seek(0, os.SEEK_END)
+            if size:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")  # end the line a killed write left unfinished
+            f.write((json.dumps(line) + "\n").encode())
 
     async def __call__(self, sampling_client: SamplingClient, /) -> dict[str, float]:
         out: dict[str, float] = {}
