@@ -286,7 +286,7 @@ def test_bad_task_specs_are_named_when_the_suite_is_built(tasks_py: Path) -> Non
 
 @pytest.mark.usefixtures("local_env")
 def test_the_cli_names_a_bad_or_failing_task_in_one_line(
-    tmp_path: Path, tasks_py: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tasks_py: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = tmp_path / "run"
     argv = ["sft", "--run.log-dir", str(run_dir), "--max-steps", "1", "--data.batch-size", "2"]
@@ -302,6 +302,16 @@ def test_the_cli_names_a_bad_or_failing_task_in_one_line(
     assert err.startswith("tempering sft: inspect task 'exploding': the evaluation ended with status 'error'")
     assert "the solver exploded" in err
     assert str(run_dir / "inspect") in err
+    assert "Traceback" not in err
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "inspect_ai", None)  # inspect-ai not installed
+        code = main(["sft", "--run.log-dir", str(tmp_path / "bare"), "--evals.benchmarks", "inspect:add_one"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(
+        "tempering sft: benchmark 'inspect:add_one' needs inspect-ai, which is not installed"
+    )
+    assert "pip install 'tempering[eval]'" in err
     assert "Traceback" not in err
 
 
