@@ -5,14 +5,21 @@ SmolLM2-135M-Instruct (``smollm2-135m-instruct``, converted locally), LoRA rank 
 shipped arithmetic chats (``tempering-assets:arithmetic_chat.jsonl``, 400 conversations, batch
 8, Adam lr 5e-4 constant). The inspect task, defined below with ``@task`` (so the suite finds it
 by name once this module is imported), asks the first question of each of the first ``--limit``
-shipped held-out conversations (``arithmetic_chat_test.jsonl``) and scores the reply with
-``match(numeric=True)``; it runs in the suite as ``inspect:held_out_arithmetic`` with ``nll``
-(the same held-out chats' NLL), every ``--eval-every`` steps, at T=0.6 and 24 tokens. The run's
-seed is the model's (LoRA init), the batch order's and the evaluation's. Per seed it prints one
-JSON line: per evaluation (step 0 is before training) the accuracy, its interval, the NLL and
-the evaluation's wall time; then the mean and sd over seeds of the first and last accuracy.
+shipped held-out conversations (``arithmetic_chat_test.jsonl``: sums, differences, counting,
+word reversal; with the conversation's system message, "Answer with the result only.", where it
+has one) and scores the reply with ``match()`` (the target at the end of the reply). It runs in
+the suite as ``inspect:held_out_arithmetic`` with ``nll`` (the same held-out chats' NLL), every
+``--eval-every`` steps, at T=0.6 and 24 tokens. The run's seed is the model's (LoRA init), the
+batch order's and the evaluation's. Per seed it prints one JSON line: per evaluation (step 0 is
+before training) the accuracy, its interval, the NLL and the evaluation's wall time; then the
+mean and sd over seeds of the first and last accuracy.
 
     nice -n 10 .venv/bin/python tests/benchmarks/inspect_in_sft_smollm2.py --steps 20 --seeds 0 1 2
+
+The task alone, on the untrained model (``tempering eval``, one seed per command)::
+
+    tempering eval --base-model smollm2-135m-instruct --limit 40 --max-tokens 32 --seed 0 \\
+      --benchmark inspect:tests/benchmarks/inspect_in_sft_smollm2.py@held_out_arithmetic
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import ChatMessage, ChatMessageSystem, ChatMessageUser
 from inspect_ai.scorer import match
 from inspect_ai.solver import generate
 
@@ -42,13 +50,20 @@ TASK = "held_out_arithmetic"
 
 @task(name=TASK)
 def held_out_arithmetic() -> Task:
-    """The first question and answer of every shipped held-out arithmetic conversation."""
+    """The first question of every shipped held-out arithmetic conversation (with the system
+    message before it, if any), its target the reply that follows."""
     conversations = load_chat(resolve_data_path(ASSET_PREFIX + "arithmetic_chat_test.jsonl")).items
-    samples = [
-        Sample(input=str(c[0]["content"]), target=str(c[1]["content"]), id=i)
-        for i, c in enumerate(conversations)
-    ]
-    return Task(dataset=MemoryDataset(samples), solver=generate(), scorer=match(numeric=True))
+    samples: list[Sample] = []
+    for i, conversation in enumerate(conversations):
+        first = next(j for j, m in enumerate(conversation) if m["role"] == "user")
+        messages: list[ChatMessage] = [
+            ChatMessageSystem(content=str(m["content"]))
+            if m["role"] == "system"
+            else ChatMessageUser(content=str(m["content"]))
+            for m in conversation[: first + 1]
+        ]
+        samples.append(Sample(input=messages, target=str(conversation[first + 1]["content"]), id=i))
+    return Task(dataset=MemoryDataset(samples), solver=generate(), scorer=match())
 
 
 def run(
