@@ -83,9 +83,12 @@ def test_open_fresh_refuse_resume_overwrite(tmp_path: Path) -> None:
     # A different run section (e.g. if_exists itself) may change on resume.
     moved = attrs.evolve(config, run=attrs.evolve(config.run, if_exists="refuse"))
     assert RunDir.open(config.run.log_dir, moved, "resume", ignore_on_resume=frozenset({"run"}))[1]
+    (run.path / "inspect").mkdir()
+    (run.path / "inspect" / "evaluations.jsonl").write_text("{}\n")  # the old run's inspect logs
     run, resumed = RunDir.open(config.run.log_dir, other, "overwrite")
     assert not resumed
     assert run.read_metrics() == []
+    assert not (run.path / "inspect").exists()
 
 
 def test_metrics_truncate_and_torn_lines(tmp_path: Path) -> None:

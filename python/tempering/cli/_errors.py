@@ -44,12 +44,14 @@ def debug_requested(args: list[str]) -> bool:
 
 def _run_failed_types() -> tuple[type[BaseException], ...]:
     """Errors of a run that was given good input but could not go on (exit 1, one line)."""
+    from tempering.evals.inspect_eval import InspectTaskError  # an inspect task of the suite failed
+
     try:
         from tempering.rl.ray_executor import WorkersLostError
         from tempering.rl.rollout_failures import RolloutsFailedError
     except ImportError:  # a bare install (no `local` extra): no run got that far
-        return ()
-    return (RolloutsFailedError, WorkersLostError)
+        return (InspectTaskError,)
+    return (RolloutsFailedError, WorkersLostError, InspectTaskError)
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import attrs
@@ -30,9 +31,11 @@ class EvalCommandConfig(EvalSuite, ModelSource):
     """Evaluate a model on benchmarks: graded ones (math: ``gsm8k``, ``math500``, ``aime24``,
     ``aime25``; instruction following: ``ifeval``; multiple choice: ``mmlu_pro``, ``gpqa``,
     ``supergpqa``, ``mmlu_redux``; code in a sandbox: ``mbpp``; pass@1 over ``num_samples``
-    seeded samples per item, with a 95% Wilson interval) and ``nll`` (NLL per token and bits
-    per byte of a chat file). The model runs on the local engine, on a ``tempering serve``
-    (``base_url``) or on the hosted service (``TINKER_API_KEY``).
+    seeded samples per item, with a 95% Wilson interval), ``nll`` (NLL per token and bits
+    per byte of a chat file) and ``inspect:TASK`` (any inspect-ai task: a registered name or
+    ``FILE.py@TASK``; its log goes to ``inspect/`` beside ``output``). The model runs on the
+    local engine, on a ``tempering serve`` (``base_url``) or on the hosted service
+    (``TINKER_API_KEY``).
     Results go to ``output`` (JSON) and print as a table. The suite's fields are
     :class:`~tempering.evals.suite.EvalSuite`'s, the model's
     :class:`~tempering.evals.clients.ModelSource`'s.
@@ -60,14 +63,16 @@ async def run_eval(
 
     suite = config.suite()
     source = config.source()
-    evaluators = suite.build(ModelConfig(base_model=source.base_model, renderer_name=source.renderer_name))
+    model_config = ModelConfig(base_model=source.base_model, renderer_name=source.renderer_name)
+    evaluators = suite.build(model_config, log_dir=str(Path(config.output).parent))
     results: list[Any] = []
     metrics: dict[str, float] = {}
     async with source.open() as sampling_client:
         for evaluator in evaluators:
-            result = await evaluator.run(sampling_client)
-            results.append(result)
-            metrics |= result.metrics()
+            outcome = await evaluator.run(sampling_client)
+            for result in outcome if isinstance(outcome, list) else [outcome]:  # inspect: one per task
+                results.append(result)
+                metrics |= result.metrics()
         if verifiers is not None:
             from tempering.rl.verifiers_eval import evaluate_verifiers, print_verifiers_table
 

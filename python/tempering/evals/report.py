@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tempering.evals.inspect_eval import INSPECT_PREFIX, InspectResult
 from tempering.evals.math_bench import BenchmarkResult
 from tempering.evals.nll import NLLResult
 
@@ -28,7 +29,7 @@ __all__ = ["FORMAT", "print_table", "read_report", "write_report"]
 FORMAT = "tempering-eval/1"
 """The ``format`` field of a results file."""
 
-Result = BenchmarkResult | NLLResult
+Result = BenchmarkResult | NLLResult | InspectResult
 
 
 def write_report(
@@ -83,6 +84,18 @@ def print_table(results: Sequence[Result], *, title: str = "evaluation") -> None
                 spread,
             )
             table.add_row(*row)
+        elif isinstance(r, InspectResult):
+            figures = r.metrics("")
+            for key, value in figures.items():
+                if key.endswith(("_ci_low", "_ci_high")) or key == "samples":
+                    continue
+                ci = (
+                    f"[{figures[key + '_ci_low']:.4f}, {figures[key + '_ci_high']:.4f}]"
+                    if key + "_ci_low" in figures
+                    else "-"
+                )
+                name = f"{INSPECT_PREFIX}{r.task}"
+                table.add_row(name, str(int(figures["samples"])), "-", key, f"{value:.4f}", ci, "-")
         else:
             table.add_row(r.name, str(r.conversations), "-", "nll (nats/token)", f"{r.nll:.4f}", "-", "-")
             table.add_row("", "", "", "bits/byte", f"{r.bits_per_byte:.4f}", "-", "-")

@@ -1,7 +1,8 @@
 """Which evaluations to run, as a config: :class:`EvalSuite` builds the evaluators.
 
 A suite names benchmarks (:data:`~tempering.evals.benchmarks.BENCHMARKS`, plus ``nll``: NLL and
-bits per byte of a chat file) and the sampling settings; :meth:`EvalSuite.build` returns one
+bits per byte of a chat file, plus ``inspect:SPEC``: any inspect-ai task,
+:mod:`tempering.evals.inspect_eval`) and the sampling settings; :meth:`EvalSuite.build` returns one
 ``SamplingClientEvaluator`` per benchmark for a model's renderer and tokenizer. The same suite
 is ``tempering eval``'s and the one the SFT and RL configs take as ``evals`` (run every
 ``run.eval_every`` steps), e.g. ``tempering rl --evals.benchmarks gsm8k --evals.limit 50``.
@@ -15,6 +16,8 @@ Example::
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
@@ -22,6 +25,15 @@ from tempering.backend import ModelConfig, load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.benchmarks import BENCHMARKS, get_benchmark, load_items
 from tempering.evals.graders import item_grader
+from tempering.evals.inspect_eval import (
+    INSPECT_PREFIX,
+    LOG_SUBDIR,
+    InspectEvaluator,
+    build_inspect_evaluators,
+    inspect_spec,
+    parse_task_args,
+    require_inspect,
+)
 from tempering.evals.math_bench import BenchmarkEvaluator
 from tempering.evals.nll import ChatNLLEvaluator
 from tempering.grading import MathGrader
@@ -35,11 +47,11 @@ held-out arithmetic conversations)."""
 
 NLL_DEFAULT_DATA = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
 
-Evaluator = BenchmarkEvaluator | ChatNLLEvaluator
+Evaluator = BenchmarkEvaluator | ChatNLLEvaluator | InspectEvaluator
 
 
 def known_benchmarks() -> list[str]:
-    """Every name :class:`EvalSuite` accepts."""
+    """Every name :class:`EvalSuite` accepts (and ``inspect:SPEC``, any inspect task)."""
     return [*BENCHMARKS, NLL_BENCHMARK]
 
 
@@ -56,7 +68,8 @@ class EvalSuite:
 
     benchmarks: tuple[str, ...] = ()
     """Benchmarks to run: gsm8k, math500, aime24, aime25, ifeval, mmlu_pro, gpqa, supergpqa,
-    mmlu_redux, mbpp, nll (tempering eval --list)."""
+    mmlu_redux, mbpp, nll (tempering eval --list), and inspect:TASK for any inspect-ai task
+    (a registered name, FILE.py@TASK or FILE.py; with the eval extra)."""
     data: tuple[str, ...] = ()
     """Local data instead of the hub: PATH (one benchmark) or NAME=PATH entries; a .jsonl/.json/
     .parquet file in the benchmark's schema, or tempering-assets:NAME."""
@@ -74,13 +87,21 @@ class EvalSuite:
     """Time limit of one answer check, or of one program run for code benchmarks (a timeout is
     a wrong answer, and counted)."""
     system_prompt: str | None = None
-    """A system message before each problem."""
+    """A system message before each problem (not for inspect tasks, which write their own)."""
+    inspect_args: tuple[str, ...] = ()
+    """Arguments of the inspect tasks, as inspect eval's -T: KEY=VALUE (a value that parses as
+    JSON is that, e.g. 5, true, [1, 2]; any other is text); each must be a parameter of a task."""
 
     def __attrs_post_init__(self) -> None:
         for name in self.benchmarks:
-            if name != NLL_BENCHMARK:
+            if inspect_spec(name) is not None:
+                require_inspect(f"benchmark {name!r}")
+            elif name != NLL_BENCHMARK:
                 get_benchmark(name, known_benchmarks())
         self.data_paths()  # refuse a bad data entry now, not at the first evaluation
+        parse_task_args(self.inspect_args)
+        if self.inspect_args and not any(inspect_spec(name) is not None for name in self.benchmarks):
+            raise ValueError(f"inspect_args {list(self.inspect_args)}: no inspect task (inspect:TASK) is run")
 
     def data_paths(self) -> dict[str, str]:
         """The data override of each benchmark that has one."""
@@ -92,6 +113,11 @@ class EvalSuite:
                     raise ValueError(f"data entry {entry!r}: benchmark {name!r} is not being run")
                 out[name] = path
             elif len(self.benchmarks) == 1:
+                if self.benchmarks[0].startswith(INSPECT_PREFIX):
+                    raise ValueError(
+                        f"data entry {entry!r}: {self.benchmarks[0]!r} is an inspect task, which reads "
+                        "its own dataset"
+                    )
                 out[self.benchmarks[0]] = entry
             else:
                 raise ValueError(
@@ -100,9 +126,10 @@ class EvalSuite:
                 )
         return out
 
-    def build(self, model: ModelConfig) -> list[Evaluator]:
+    def build(self, model: ModelConfig, log_dir: str | None = None) -> list[Evaluator]:
         """One evaluator per benchmark, for ``model``'s renderer and tokenizer (the data is read
-        now)."""
+        now, inspect tasks are built now). ``log_dir``: the run directory; inspect tasks write
+        their logs in its ``inspect/`` folder (``None``: inspect's default, ``./logs``)."""
         if not self.benchmarks:
             return []
         if self.num_samples < 1:
@@ -112,7 +139,25 @@ class EvalSuite:
         grader = MathGrader(timeout_s=self.grader_timeout_s)
         paths = self.data_paths()
         out: list[Evaluator] = []
+        specs = [spec for spec in map(inspect_spec, self.benchmarks) if spec is not None]
+        inspect_evaluators = iter(
+            build_inspect_evaluators(
+                specs,
+                parse_task_args(self.inspect_args),
+                base_model=model.base_model,
+                renderer=renderer,
+                log_dir=None if log_dir is None else str(Path(log_dir) / LOG_SUBDIR),
+                limit=self.limit,
+                num_samples=self.num_samples,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                seed=self.seed,
+            )
+        )
         for name in self.benchmarks:
+            if inspect_spec(name) is not None:
+                out.append(next(inspect_evaluators))
+                continue
             if name == NLL_BENCHMARK:
                 path = resolve_data_path(paths.get(name, NLL_DEFAULT_DATA))
                 conversations = load_chat(path).items[: self.limit]

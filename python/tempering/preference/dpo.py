@@ -38,6 +38,7 @@ import torch
 
 from tempering.backend import ModelConfig, ServiceClient
 from tempering.backends import require
+from tempering.evals.suite import EvalSuite
 from tempering.preference.data import ComparisonData, pair_datums, reference_input
 from tempering.renderers import get_renderer
 from tempering.training import (
@@ -48,13 +49,14 @@ from tempering.training import (
     TrainingLoop,
     TrainResult,
 )
-from tempering.training.loop import run_to_end, step_line
+from tempering.training.loop import run_to_end, saved_sampling_client, step_line
 from tempering_protocols import (
     ComparisonDataset,
     Future,
     LabeledComparison,
     Renderer,
     SamplingClient,
+    SamplingClientEvaluator,
     TrainingClient,
 )
 
@@ -190,6 +192,10 @@ class DPOConfig:
     """Passes over the training pairs."""
     max_steps: int | None = None
     """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
+    evals: EvalSuite = attrs.field(factory=EvalSuite)
+    """Benchmarks run on the sampler weights with the held-out pairs (before the first step,
+    every ``run.eval_every`` steps, after the last), e.g. ``--evals.benchmarks
+    inspect:tasks.py@my_task``; docs/evals.md."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
         return await _train_dpo(self, service)
@@ -214,12 +220,25 @@ def _all_pairs(dataset: ComparisonDataset) -> list[LabeledComparison]:
     return [pair for i in range(len(dataset)) for pair in dataset.get_batch(i)]
 
 
+async def _evaluate(
+    client: TrainingClient, evaluator: DPOEvaluator | None, suite: Sequence[SamplingClientEvaluator]
+) -> dict[str, float]:
+    """The held-out pairs' metrics, then the suite's on the weights saved for sampling now."""
+    out = {} if evaluator is None else await evaluator(client)
+    if suite:
+        sampler = await saved_sampling_client(client)
+        for each in suite:
+            out |= await each(sampler)
+    return out
+
+
 async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainResult:
     model = config.model
     config = attrs.evolve(
         config, adam=config.adam.for_model(model.base_model, "dpo", lora=model.lora_rank > 0)
     )
     train, test = config.data()
+    suite = config.evals.build(config.model, log_dir=config.run.log_dir)
     batches_per_epoch = len(train)
     total_steps = config.num_epochs * batches_per_epoch
     if config.max_steps is not None:
@@ -241,8 +260,8 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
         )
         evaluator = None if test is None else DPOEvaluator(_all_pairs(test), renderer, reference, config.beta)
         initial: dict[str, float] = {}
-        if evaluator is not None and loop.start_step == 0:
-            initial = {f"initial/{k}": v for k, v in (await evaluator(loop.client)).items()}
+        if (evaluator is not None or suite) and loop.start_step == 0:
+            initial = {f"initial/{k}": v for k, v in (await _evaluate(loop.client, evaluator, suite)).items()}
 
         prepared: dict[int, tuple[list[tinker.Datum], list[Future[list[float | None]]]]] = {}
         epochs: dict[int, int] = {}
@@ -270,8 +289,8 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
             fb = loop.client.forward_backward_custom(data_D, dpo_loss(ref_D, weights_D, config.beta))
             opt = loop.client.optim_step(params)
             evaluated: dict[str, float] = {}
-            if evaluator is not None and loop.eval_due(step + 1):
-                evaluated = await evaluator(loop.client)
+            if (evaluator is not None or suite) and loop.eval_due(step + 1):
+                evaluated = await _evaluate(loop.client, evaluator, suite)
 
             async def finish() -> Mapping[str, float]:
                 fb_out, opt_out = await fb, await opt

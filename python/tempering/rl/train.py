@@ -232,7 +232,7 @@ class _Run:
             steps=range(loop.start_step, loop.total_steps),
         )
         """The async schedule's producer and queue (rl/schedules.py); idle in the others."""
-        self.evaluators = config.evals.build(config.model)
+        self.evaluators = config.evals.build(config.model, log_dir=config.run.log_dir)
         """``RLConfig.evals``' evaluators, run with the test set."""
         self.shaper = BatchShaper(config.batch, config.max_tokens)
 

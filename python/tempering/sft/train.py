@@ -287,6 +287,6 @@ class SFTConfig:
             num_epochs=self.num_epochs,
             max_steps=self.max_steps,
             training_evaluators=[NLLEvaluator(test)] if test is not None else [],
-            sampling_evaluators=self.evals.build(self.model),
+            sampling_evaluators=self.evals.build(self.model, log_dir=self.run.log_dir),
             service=service,
         )

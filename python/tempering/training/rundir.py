@@ -49,6 +49,9 @@ IfExists: TypeAlias = Literal["resume", "refuse", "overwrite"]
 _log = logging.getLogger(__name__)
 
 _RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints.jsonl", "state.json")
+_RUN_FOLDERS = ("logs", "inspect")
+"""Folders of a run that an overwrite empties: TensorBoard's, and the inspect logs of the
+evaluation suite's inspect tasks (``tempering.evals.inspect_eval``)."""
 
 
 class RunExistsError(RuntimeError):
@@ -391,7 +394,8 @@ class RunDir:
                 return True
             for name in _RUN_FILES:
                 (self.path / name).unlink(missing_ok=True)
-            shutil.rmtree(self.path / "logs", ignore_errors=True)
+            for folder in _RUN_FOLDERS:
+                shutil.rmtree(self.path / folder, ignore_errors=True)
         new_json[_FILES_KEY] = _data_files(new_json, ignore_on_resume)
         _write_atomic(self.config_path, json.dumps(new_json, indent=2) + "\n")
         return False
