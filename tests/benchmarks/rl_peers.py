@@ -27,7 +27,8 @@ checkpoint is a full fine-tune).
 Prints one JSON line on stdout: ``wall_s`` (the whole stage: model load, training, final save;
 TRL's merges its adapter), ``train_s`` (the steps alone), ``step_s`` (per step),
 ``samples_per_s``, ``peak_rss_mb`` (this process's ``VmHWM``) and ``model`` (the trained weights:
-a tempering sampler path, or a Hugging Face directory with any adapter merged)."""
+a tempering sampler path, or a Hugging Face directory with any adapter merged); the same JSON goes to
+``<out>/<side>.json``, kept should the run be cut short."""
 
 from __future__ import annotations
 
@@ -179,6 +180,9 @@ def run_trl(s: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     side, settings = argv[1], json.loads(argv[2])
     result = asyncio.run(run_tempering(settings)) if side == "tempering" else run_trl(settings)
+    out = Path(settings["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{side}.json").write_text(json.dumps(result))  # kept should the run be cut short
     print(json.dumps(result), flush=True)
     return 0
 

@@ -24,7 +24,8 @@ Tokens are those of the sequences each step trains on (prompt and answer, paddin
 The first ``warmup`` steps are not timed. Prints one JSON line on stdout: ``step_s`` (mean over
 the timed steps), ``tokens_per_s`` (their tokens over their time), ``tokens_per_seq`` (mean
 over every step), ``step_s_all`` (every step), ``peak_rss_mb`` (this process's ``VmHWM``) and
-``loss_first``/``loss_last`` (the training loss at the first and last step).
+``loss_first``/``loss_last`` (the training loss at the first and last step); the same JSON goes
+to ``<out>/<side>.json``, kept should the run be cut short.
 """
 
 from __future__ import annotations
@@ -158,6 +159,9 @@ def main(argv: list[str]) -> int:
     if side not in ("tempering", "trl"):
         raise SystemExit(f"sft_peers.py: the side is {side!r}; use tempering or trl")
     result = asyncio.run(run_tempering(settings)) if side == "tempering" else run_trl(settings)
+    out = Path(settings["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{side}.json").write_text(json.dumps(result))  # kept should the run be cut short
     print(json.dumps(result), flush=True)
     return 0
 
