@@ -153,6 +153,7 @@ def test_bench_sft_against_trl(benchmark: object, request: pytest.FixtureRequest
         assert tempering["tokens_per_s"] > 0
         assert trl["tokens_per_s"] > 0
         # the same conversations, the same template: within a token a sequence of each other
-        assert abs(tempering["tokens_per_seq"] - trl["tokens_per_seq"]) <= 1.0, (tempering, trl)
+        # (measured: TRL's sequences are one token longer, on the tiny model and on SmolLM2)
+        assert abs(tempering["tokens_per_seq"] - trl["tokens_per_seq"]) <= 1.0 + 1e-9, (tempering, trl)
         for side in (tempering, trl):
             assert side["loss_last"] < side["loss_first"], side  # both train
