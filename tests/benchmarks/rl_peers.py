@@ -8,22 +8,27 @@ Both train the demo's RL stage from the same SFT checkpoint on ``ArithmeticProbl
 split: ``prompts`` problems × ``generations`` samples a step, ``steps`` steps, Adam (β2 0.98, no
 weight decay) at ``lr`` decaying linearly to 0, at most ``max_tokens`` tokens at T=1, no KL term
 (β=0), one torch thread, no gradient checkpointing, no gradient clipping, advantages normalised
-by the group's standard deviation, full fine-tuning (the demo's SFT checkpoint is a full fine-tune).
+by the group's standard deviation; ``threads`` torch threads. The model: ``base_model`` with a
+LoRA adapter of rank ``lora_rank`` (the SFT checkpoint's adapter: same rank, alpha and target
+modules on both sides), or full fine-tuning with ``lora_rank`` 0 (the tiny demo's SFT
+checkpoint is a full fine-tune).
 
 - tempering: :func:`tempering.recipes.stages.rl_stage` (what ``tempering demo`` runs), with
   ``init_state`` the SFT checkpoint's state path; importance-sampling loss summed over tokens.
-- TRL: ``GRPOTrainer`` on the SFT checkpoint exported as a Hugging Face model directory
-  (:func:`tempering.local.export.export_checkpoint`); the same prompts, rendered by the same
+- TRL: ``GRPOTrainer`` on the SFT checkpoint exported by
+  :func:`tempering.local.export.export_checkpoint`: a Hugging Face model directory (full
+  fine-tuning, ``hf_model``), or a PEFT adapter (``hf_adapter``) loaded trainable onto the base
+  model's directory (``hf_model``); the same prompts, rendered by the same
   chat renderer into text that tokenizes back to the same ids (checked), and the same grader
   (:func:`tempering.envs.problem.exact_match`). ``loss_type="dr_grpo"`` (a sum over tokens
   divided by a constant, the nearest to tempering's sum; Adam is insensitive to the constant),
   one optimizer step per generation batch (``num_iterations=1``: on-policy, as tempering), fp32.
 
-Prints one JSON line on stdout: ``wall_s`` (the whole stage: model load, training, final save),
-``train_s`` (the steps alone), ``step_s`` (per step), ``samples_per_s``, ``peak_rss_mb`` (this
-process's ``VmHWM``) and ``model`` (the trained weights: a tempering sampler path, or a
-Hugging Face directory).
-"""
+Prints one JSON line on stdout: ``wall_s`` (the whole stage: model load, training, final save;
+TRL's merges its adapter), ``train_s`` (the steps alone), ``step_s`` (per step),
+``samples_per_s``, ``peak_rss_mb`` (this process's ``VmHWM``) and ``model`` (the trained weights:
+a tempering sampler path, or a Hugging Face directory with any adapter merged); the same JSON goes to
+``<out>/<side>.json``, kept should the run be cut short."""
 
 from __future__ import annotations
 
@@ -49,8 +54,8 @@ def _task(s: dict[str, Any]) -> Any:
     from tempering.envs.arithmetic import ArithmeticProblems
 
     return ArithmeticProblems(
-        seed=s["seed"], n_test=s["n_test"], batch_size=s["prompts"], group_size=s["generations"],
-        test_group_size=0,
+        base_model=s["base_model"], seed=s["seed"], n_test=s["n_test"], batch_size=s["prompts"],
+        group_size=s["generations"], test_group_size=0,
     )  # fmt: skip
 
 
@@ -61,14 +66,14 @@ async def run_tempering(s: dict[str, Any]) -> dict[str, Any]:
     from tempering.local import ServiceClient
     from tempering.recipes.stages import RecipeSession, RLStage, rl_stage
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(s["threads"])
     t0 = time.perf_counter()
-    service = ServiceClient(num_threads=1, device="cpu")
+    service = ServiceClient(num_threads=s["threads"], device="cpu")
     out = Path(s["out"])
     session = RecipeSession("tempering", out, service, None, False)
     rl = await rl_stage(
         session, "rl", RLStage(s["steps"], s["lr"], lr_schedule="linear"), dataset=_task(s),
-        model=ModelConfig(base_model="tempering/tiny", init_state=s["init_state"]),
+        model=ModelConfig(base_model=s["base_model"], lora_rank=s["lora_rank"], init_state=s["init_state"]),
         max_tokens=s["max_tokens"], normalize_advantages=True, log_trajectories=False, seed=s["seed"],
     )  # fmt: skip
     wall = time.perf_counter() - t0
@@ -96,12 +101,11 @@ def _trl_dataset(s: dict[str, Any]) -> Any:
     same problems at each step."""
     from datasets import Dataset
 
-    from tempering.backend import load_tokenizer
+    from tempering.backend import load_renderer, load_tokenizer
     from tempering.envs.arithmetic import split_problems
-    from tempering.renderers import get_renderer
 
-    tokenizer = load_tokenizer("tempering/tiny")
-    renderer = get_renderer("chatml", tokenizer)
+    tokenizer = load_tokenizer(s["base_model"])
+    renderer = load_renderer(s["base_model"], None)
     train, _ = split_problems(seed=s["seed"], n_test=s["n_test"])
     train_ds, _ = asyncio.run(_task(s)())
     rows: list[dict[str, str]] = []
@@ -112,7 +116,7 @@ def _trl_dataset(s: dict[str, Any]) -> Any:
             problem = by_question[builder.problem.question]  # type: ignore[attr-defined]
             ids = renderer.build_generation_prompt([{"role": "user", "content": problem.question}]).to_ints()
             text = tokenizer.decode(ids)
-            if tokenizer(text, add_special_tokens=False).input_ids != ids:
+            if tokenizer(text).input_ids != ids:  # as TRL tokenizes it
                 raise AssertionError(f"prompt {text!r} does not tokenize back to the renderer's ids")
             rows.append({"prompt": text, "answer": problem.answer})
     return Dataset.from_list(rows)
@@ -126,13 +130,18 @@ def _reward(completions: list[str], answer: list[str], **_: Any) -> list[float]:
 
 def run_trl(s: dict[str, Any]) -> dict[str, Any]:
     import torch
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(1)
+    from tempering.local.model import hf_model, inference_copy
+
+    torch.set_num_threads(s["threads"])
     dataset = _trl_dataset(s)  # data preparation is not timed (tempering's is inside its loop)
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(s["hf_model"], dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(s["hf_model"], dtype=torch.float32)
+    if s.get("hf_adapter"):  # the SFT checkpoint's LoRA adapter, trained further
+        model = PeftModel.from_pretrained(model, s["hf_adapter"], is_trainable=True)
     tokenizer = AutoTokenizer.from_pretrained(s["hf_model"])
     batch = s["prompts"] * s["generations"]
     config = GRPOConfig(
@@ -162,7 +171,7 @@ def run_trl(s: dict[str, Any]) -> dict[str, Any]:
     )  # fmt: skip
     trainer.train()
     out = str(Path(s["out"]) / "trl-final")
-    trainer.save_model(out)
+    hf_model(inference_copy(trainer.model)).save_pretrained(out)  # any adapter merged
     tokenizer.save_pretrained(out)
     wall = time.perf_counter() - t0
     return _figures(s, wall, sum(step_times), out)
@@ -171,6 +180,9 @@ def run_trl(s: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     side, settings = argv[1], json.loads(argv[2])
     result = asyncio.run(run_tempering(settings)) if side == "tempering" else run_trl(settings)
+    out = Path(settings["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{side}.json").write_text(json.dumps(result))  # kept should the run be cut short
     print(json.dumps(result), flush=True)
     return 0
 
