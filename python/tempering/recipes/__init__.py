@@ -38,6 +38,10 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.distill:OnPolicyDistillRecipe",
         "on-policy distillation from a teacher checkpoint into a student",
     ),
+    "topk-distill": (
+        "tempering.recipes.topk_distill:TopKDistillRecipe",
+        "off-policy distillation on a teacher's top-K, against SFT on the reference answers",
+    ),
     "math-rl": (
         "tempering.recipes.math_rl:MathRLRecipe",
         "reasoning RL on math word problems, graded answers",
