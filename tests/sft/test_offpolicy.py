@@ -58,6 +58,7 @@ def test_a_teacher_with_another_tokenizer_is_refused_before_the_service_is_used(
     backend = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     other = PreTrainedTokenizerFast(tokenizer_object=backend)
+
     def tokenizer_of(name: str) -> object:
         return other if name == "big/teacher" else load_tokenizer(name)
 

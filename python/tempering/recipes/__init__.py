@@ -42,6 +42,10 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.topk_distill:TopKDistillRecipe",
         "off-policy distillation on a teacher's top-K, against SFT on the reference answers",
     ),
+    "prompt-distillation": (
+        "tempering.recipes.prompt_distillation:PromptDistillationRecipe",
+        "a student learns to behave without a long system prompt as the teacher does with it",
+    ),
     "math-rl": (
         "tempering.recipes.math_rl:MathRLRecipe",
         "reasoning RL on math word problems, graded answers",

@@ -30,6 +30,8 @@ Example::
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import ClassVar
 
 import attrs
@@ -62,6 +64,9 @@ class TopKDistillRecipe(RecipeConfig):
     """Conversations: the teacher's SFT data, and the sequences whose answers are distilled."""
     test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out conversations (exact match of the reply, ``test_topk/nll``, ``test/nll``)."""
+    n_train: int | None = None
+    """Use the first this many conversations of ``train_path`` (written to ``<out>/data/train.jsonl``);
+    ``None``: all."""
     n_test: int = 100
     """Held-out conversations evaluated (the first ones)."""
     teacher: str | None = None
@@ -90,7 +95,7 @@ class TopKDistillRecipe(RecipeConfig):
     """Longest reply sampled in the evaluation."""
 
     NAME: ClassVar[str] = "topk-distill"
-    POSITIVE: ClassVar[str] = "n_test teacher_steps teacher_batch_size k steps batch_size max_tokens"
+    POSITIVE: ClassVar[str] = "n_train n_test teacher_steps teacher_batch_size k steps batch_size max_tokens"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         teacher_model = self.teacher_model or self.base_model
@@ -108,6 +113,13 @@ class TopKDistillRecipe(RecipeConfig):
             records[name] = evaluator.records[-1]
             s.say(f"{name}: exact match {records[name].exact_match:.3f}")
 
+        train_path = self.train_path
+        if self.n_train is not None:
+            data = s.run_dir / "data"
+            data.mkdir(exist_ok=True)
+            rows = load_chat(resolve_data_path(self.train_path)).items[: self.n_train]
+            train_path = str(data / "train.jsonl")
+            Path(train_path).write_text("".join(json.dumps({"messages": list(r)}) + "\n" for r in rows))
         teacher_path = self.teacher
         if teacher_path is None:
             t_lr = default_learning_rate(teacher_model, self.teacher_learning_rate)
@@ -115,20 +127,20 @@ class TopKDistillRecipe(RecipeConfig):
             s.say(f"teacher: SFT of {teacher_model}, {stage.steps} steps -> {s.run_dir / 'teacher'}")
             trained = await sft_stage(
                 s, "teacher", stage, model=fresh_model(self, base_model=teacher_model),
-                train_path=self.train_path, seed=self.seed,
+                train_path=train_path, seed=self.seed,
             )  # fmt: skip
             teacher_path = trained.final.sampler_path
         assert teacher_path is not None
         await evaluate("teacher", await s.sampler(teacher_path))
         stage = SFTStage(self.steps, self.batch_size, lr, schedule="linear")
-        per_epoch = len(load_chat(resolve_data_path(self.train_path)).items) // self.batch_size
+        per_epoch = len(load_chat(resolve_data_path(train_path)).items) // self.batch_size
         if per_epoch < 1:
-            raise ValueError(f"{self.train_path}: fewer conversations than one batch of {self.batch_size}")
+            raise ValueError(f"{train_path}: fewer conversations than one batch of {self.batch_size}")
         client = await student.create_training_client(s.service)
         await evaluate("before", await saved_sampling_client(client))
         distill = TopKDistillConfig(
             run=s.run_config("distill"), model=student, teacher_model=teacher_model,
-            teacher_path=teacher_path, train_path=self.train_path, test_path=self.test_path, k=self.k,
+            teacher_path=teacher_path, train_path=train_path, test_path=self.test_path, k=self.k,
             batch_size=self.batch_size, adam=stage.adam(), num_epochs=-(-self.steps // per_epoch),
             max_steps=self.steps, seed=self.seed,
         )  # fmt: skip
@@ -145,7 +157,7 @@ class TopKDistillRecipe(RecipeConfig):
         if self.compare_sft:
             s.say(f"baseline: SFT on the reference answers, {self.steps} steps -> {s.run_dir / 'sft'}")
             sft = await sft_stage(
-                s, "sft", stage, model=student, train_path=self.train_path, test_path=self.test_path,
+                s, "sft", stage, model=student, train_path=train_path, test_path=self.test_path,
                 seed=self.seed,
             )  # fmt: skip
             await evaluate("sft", await s.sampler(sft.final.sampler_path))
