@@ -43,3 +43,29 @@ def test_topk_distill_tiny_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_topk_distill_bad_flags() -> None:
     with pytest.raises(ValueError, match=r"TopKDistillRecipe.k \(--k\) must be > 0"):
         TopKDistillRecipe(k=0)
+
+
+def test_a_teacher_of_another_tokenizer_is_refused_before_it_is_trained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    import tempering.recipes.topk_distill as recipe_module
+    from tempering.backend import load_tokenizer
+    from tempering.sft.topk_distill import TeacherTokenizerMismatchError
+
+    backend = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    other = PreTrainedTokenizerFast(tokenizer_object=backend)
+
+    def tokenizer_of(name: str) -> object:
+        return other if name == "acme/teacher" else load_tokenizer(name)
+
+    monkeypatch.setattr(recipe_module, "load_tokenizer", tokenizer_of)
+    monkeypatch.setenv("TEMPERING_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    recipe = TopKDistillRecipe(out=str(tmp_path / "run"), teacher_model="acme/teacher", progress=False)
+    with pytest.raises(TeacherTokenizerMismatchError, match="teacher 'acme/teacher'"):
+        asyncio.run(recipe())
+    assert not (tmp_path / "run" / "teacher").exists()  # nothing was trained

@@ -37,12 +37,14 @@ from typing import ClassVar
 import attrs
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
+from tempering.backend import load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, held_out_replies
 from tempering.recipes._common import RecipeConfig, RecipeResult, default_learning_rate, fresh_model
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import TopKDistillConfig
+from tempering.sft.topk_distill import check_same_tokenizer
 from tempering.training.loop import saved_sampling_client
 from tempering_protocols import SamplingClient
 
@@ -99,6 +101,11 @@ class TopKDistillRecipe(RecipeConfig):
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         teacher_model = self.teacher_model or self.base_model
+        check_same_tokenizer(  # before the teacher is trained or asked anything
+            load_tokenizer(self.base_model),
+            load_tokenizer(teacher_model),
+            teacher_name=self.teacher or teacher_model,
+        )
         lr = default_learning_rate(self.base_model, self.learning_rate)
         student = fresh_model(self, seed=self.student_seed)
         renderer = get_renderer(student.renderer(), student.tokenizer())
