@@ -24,7 +24,7 @@ def test_topk_distill_tiny_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:16]))
     out = tmp_path / "run"
     recipe = TopKDistillRecipe(
-        out=str(out), test_path=str(small), n_test=8, teacher_steps=40, teacher_batch_size=16,
+        out=str(out), test_path=str(small), n_test=8, n_train=48, teacher_steps=16, teacher_batch_size=16,
         steps=12, batch_size=16, k=4, max_tokens=4, progress=False,
     )  # fmt: skip
     result = asyncio.run(recipe())
