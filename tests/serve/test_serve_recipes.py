@@ -118,3 +118,24 @@ def test_a_failing_recipe_finishes_its_session_as_errored(
     assert _log_lines(server, "finished by its client: errored")
     assert _open_sessions(server) == before
     assert (tmp_path / "run").is_dir()  # what the recipe had written stays
+
+
+def test_topk_distill_runs_on_serve(server: ServerProcess, tiny_dir: Path, tmp_path: Path) -> None:
+    """The teacher's top-K comes through the official SDK's ``topk_prompt_logprobs`` (issue 29)."""
+    small = tmp_path / "chat_test_8.jsonl"
+    small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:8]))
+    out = tmp_path / "run"
+    before = _open_sessions(server)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "topk-distill", "--base-model", str(tiny_dir),
+         "--lora-rank", "4", "--n-train", "16", "--teacher-steps", "2", "--teacher-batch-size", "4",
+         "--steps", "3", "--batch-size", "4", "--k", "4", "--n-test", "4", "--max-tokens", "4",
+         "--no-compare-sft", "--no-progress", "--test-path", str(small), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=_hosted_env(server, tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["teacher_path"].startswith("tinker://")
+    assert summary["topk_nll_before"] > 0
+    assert summary["topk_nll_after"] > 0
+    assert _open_sessions(server) == before

@@ -38,6 +38,18 @@ RECIPES: dict[str, tuple[str, str]] = {
         "tempering.recipes.distill:OnPolicyDistillRecipe",
         "on-policy distillation from a teacher checkpoint into a student",
     ),
+    "topk-distill": (
+        "tempering.recipes.topk_distill:TopKDistillRecipe",
+        "off-policy distillation on a teacher's top-K, against SFT on the reference answers",
+    ),
+    "prompt-distillation": (
+        "tempering.recipes.prompt_distillation:PromptDistillationRecipe",
+        "a student learns to behave without a long system prompt as the teacher does with it",
+    ),
+    "sdft": (
+        "tempering.recipes.sdft:SDFTRecipe",
+        "self-distillation fine-tuning: SFT on the model's own rewrites of the answers, against SFT",
+    ),
     "math-rl": (
         "tempering.recipes.math_rl:MathRLRecipe",
         "reasoning RL on math word problems, graded answers",
