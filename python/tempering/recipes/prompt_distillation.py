@@ -36,7 +36,7 @@ import attrs
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord
-from tempering.recipes._common import RecipeConfig, RecipeResult, default_learning_rate, fresh_model
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, recipe_learning_rate
 from tempering.recipes.stages import RecipeSession, SFTStage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import DatumDataset
@@ -163,7 +163,7 @@ class PromptDistillationRecipe(RecipeConfig):
         stage = SFTStage(
             self.steps,
             self.batch_size,
-            default_learning_rate(self.base_model, self.learning_rate),
+            recipe_learning_rate(self.base_model, self.learning_rate),
             schedule="linear",
         )
         train_ds = DatumDataset(datums, self.batch_size, self.seed)

@@ -37,7 +37,7 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.data.datums import conversations_to_datums
 from tempering.evals.reply import ReplyEvaluator, held_out_replies
-from tempering.recipes._common import RecipeConfig, RecipeResult, default_learning_rate, fresh_model
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, recipe_learning_rate
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import DatumDataset
@@ -163,7 +163,7 @@ class SDFTRecipe(RecipeConfig):
         data.mkdir(exist_ok=True)
         _write(data / "sdft.jsonl", conversations)
         _write(data / "reference.jsonl", references)
-        lr = default_learning_rate(self.base_model, self.learning_rate)
+        lr = recipe_learning_rate(self.base_model, self.learning_rate)
         stage = SFTStage(self.steps, self.batch_size, lr, schedule="linear")
         runs = [("sdft", data / "sdft.jsonl")] + (
             [("sft", data / "reference.jsonl")] if self.compare_sft else []

@@ -40,7 +40,7 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, held_out_replies
-from tempering.recipes._common import RecipeConfig, RecipeResult, default_learning_rate, fresh_model
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, recipe_learning_rate
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import TopKDistillConfig
@@ -106,7 +106,7 @@ class TopKDistillRecipe(RecipeConfig):
             load_tokenizer(teacher_model),
             teacher_name=self.teacher or teacher_model,
         )
-        lr = default_learning_rate(self.base_model, self.learning_rate)
+        lr = recipe_learning_rate(self.base_model, self.learning_rate)
         student = fresh_model(self, seed=self.student_seed)
         renderer = get_renderer(student.renderer(), student.tokenizer())
         test = held_out_replies(load_chat(resolve_data_path(self.test_path)).items)[: self.n_test]
@@ -129,7 +129,7 @@ class TopKDistillRecipe(RecipeConfig):
             Path(train_path).write_text("".join(json.dumps({"messages": list(r)}) + "\n" for r in rows))
         teacher_path = self.teacher
         if teacher_path is None:
-            t_lr = default_learning_rate(teacher_model, self.teacher_learning_rate)
+            t_lr = recipe_learning_rate(teacher_model, self.teacher_learning_rate)
             stage = SFTStage(self.teacher_steps, self.teacher_batch_size, t_lr, schedule="linear")
             s.say(f"teacher: SFT of {teacher_model}, {stage.steps} steps -> {s.run_dir / 'teacher'}")
             trained = await sft_stage(

@@ -181,7 +181,7 @@ class DatumDataset:
 
 
 def _topk_adam() -> AdamConfig:
-    return AdamConfig(learning_rate=2e-3, schedule=LRSchedule("linear", warmup_steps=2))
+    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))  # the model's default rate
 
 
 @attrs.frozen(kw_only=True)
@@ -257,8 +257,9 @@ class TopKDistillConfig:
                 NLLEvaluator(DatumDataset(test_topk, self.batch_size, keep_last=True), name="test_topk"),
                 NLLEvaluator(DatumDataset(hard, self.batch_size, keep_last=True), name="test"),
             ]
+        adam = self.adam.for_model(self.model.base_model, "sft", lora=self.model.lora_rank > 0)
         return await train_supervised(
-            self, run=self.run, model=self.model, adam=self.adam, train=train_ds,
+            attrs.evolve(self, adam=adam), run=self.run, model=self.model, adam=adam, train=train_ds,
             num_epochs=self.num_epochs, max_steps=self.max_steps, training_evaluators=evaluators,
             service=service,
         )  # fmt: skip
