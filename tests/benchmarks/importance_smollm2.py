@@ -1,9 +1,10 @@
 """Importance correction on the real model: the trainer/sampler ratio and what TIS does with it.
 
 SmolLM2-135M-Instruct (``smollm2-135m-instruct``, converted locally), the shipped arithmetic task
-(``ArithmeticTask``), LoRA rank 8, lr 1e-4 constant, 8 questions x 4 samples per step, 24 sampled
-tokens, the ``async`` schedule (groups up to one step off-policy, 2 substeps, so most minibatches
-train on tokens sampled by older weights), seeds given on the command line; each seed runs
+(``ArithmeticTask``), LoRA rank 8, a constant learning rate (``--lr``, default 1e-4), 8 questions
+x 4 samples per step, 24 sampled tokens, the ``async`` schedule (groups up to one step
+off-policy, 2 substeps, so most minibatches train on tokens sampled by older weights), seeds
+given on the command line; each seed runs
 without a correction and with ``ImportanceCorrection("tis", cap=2.0)``. Per run one JSON line:
 the diagnostics averaged over the steps (``is/ratio_mean``, ``is/ratio_max``,
 ``is/frac_truncated``, the sampler/trainer KL ``kl/sample_train_v1``), the training reward per
@@ -33,12 +34,14 @@ def _mean(metrics: list[dict[str, float]], key: str) -> float | None:
     return round(statistics.fmean(values), 4) if values else None
 
 
-def run(out: Path, seed: int, mode: str, steps: int) -> dict[str, object]:
+def run(out: Path, seed: int, mode: str, steps: int, lr: float) -> dict[str, object]:
     config = RLConfig(
-        run=RunConfig(log_dir=str(out / f"{mode}-{seed}"), save_every=0, eval_every=steps, progress=False),
+        run=RunConfig(
+            log_dir=str(out / f"{mode}-{seed}-{lr:g}"), save_every=0, eval_every=steps, progress=False
+        ),
         dataset=ArithmeticTask(batch_size=8, group_size=4, seed=seed),
         model=ModelConfig(base_model="smollm2-135m-instruct", lora_rank=8, seed=seed),
-        adam=AdamConfig(learning_rate=1e-4, schedule=LRSchedule("constant")),
+        adam=AdamConfig(learning_rate=lr, schedule=LRSchedule("constant")),
         num_steps=steps,
         max_tokens=24,
         seed=seed,
@@ -51,6 +54,7 @@ def run(out: Path, seed: int, mode: str, steps: int) -> dict[str, object]:
     return {
         "seed": seed,
         "importance": mode,
+        "lr": lr,
         "steps": len(metrics),
         "is/ratio_mean": _mean(metrics, "is/ratio_mean"),
         "is/ratio_max": _mean(metrics, "is/ratio_max"),
@@ -67,10 +71,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--out", type=Path, default=Path("/tmp/importance-runs"))
+    parser.add_argument("--lr", type=float, default=1e-4)
     args = parser.parse_args()
     for seed in args.seeds:
         for mode in ("off", "tis"):
-            print(json.dumps(run(args.out, seed, mode, args.steps)), flush=True)
+            print(json.dumps(run(args.out, seed, mode, args.steps, args.lr)), flush=True)
 
 
 if __name__ == "__main__":
