@@ -102,10 +102,11 @@ def test_model_config_renderer_defaults_to_the_recommended_one(caplog: pytest.Lo
     assert "not one recommended" in caplog.text
 
 
-def test_recipes_default_learning_rate_uses_the_recommended_formula() -> None:
-    from tempering.recipes._common import default_learning_rate
+def test_recipes_learning_rate_uses_the_one_policy() -> None:
+    from tempering.recipes._common import recipe_learning_rate
 
-    assert default_learning_rate("Qwen/Qwen3-8B", None) == get_lr("Qwen/Qwen3-8B")
-    assert default_learning_rate("openai/gpt-oss-20b", None) == 2e-4  # no calibrated formula
-    assert default_learning_rate("Qwen/Qwen3-8B", None, lora=1e-5) == 1e-5  # a stage's own default
-    assert default_learning_rate("Qwen/Qwen3-8B", 3e-4) == 3e-4
+    assert recipe_learning_rate("Qwen/Qwen3-8B", None) == get_lr("Qwen/Qwen3-8B")
+    assert recipe_learning_rate("openai/gpt-oss-20b", None) == 2e-4  # no calibrated formula
+    assert recipe_learning_rate("Qwen/Qwen3-8B", None, "dpo") == 1e-5  # a stage's own default
+    assert recipe_learning_rate("Qwen/Qwen3-8B", None, "rl", tiny=2e-4) == 4e-5  # tiny= is the tiny model's
+    assert recipe_learning_rate("Qwen/Qwen3-8B", 3e-4) == 3e-4

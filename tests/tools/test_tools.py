@@ -4,9 +4,12 @@ tools in the renderer's format, the calculator and BM25 search."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -218,11 +221,19 @@ def test_tool_prefix_uses_the_renderer_format_else_a_plain_one() -> None:
 def test_every_renderer_with_a_tool_format_declares_the_schemas() -> None:
     """Each renderer that has a tool-declaration format gets the tools' specs through it (the
     tool's name and description reach the prompt); the others get the plain declaration."""
-    from renderers.renderer_tokenizers import SHARED_TOKENIZER_NAMES, make_tokenizer
-
-    tokenizer = make_tokenizer()
+    # By path: a top-level ``renderers`` package (verifiers' dependency) shadows tests/renderers.
+    tokenizers = sys.modules.get("renderer_tokenizers")
+    if tokenizers is None:
+        path = Path(__file__).resolve().parents[1] / "renderers" / "renderer_tokenizers.py"
+        spec = importlib.util.spec_from_file_location("renderer_tokenizers", path)
+        assert spec is not None
+        assert spec.loader is not None
+        tokenizers = importlib.util.module_from_spec(spec)
+        sys.modules["renderer_tokenizers"] = tokenizers
+        spec.loader.exec_module(tokenizers)
+    tokenizer = tokenizers.make_tokenizer()
     own = 0
-    for name in SHARED_TOKENIZER_NAMES:
+    for name in tokenizers.SHARED_TOKENIZER_NAMES:
         renderer = get_renderer(name, tokenizer)
         prefix = tool_prefix(renderer, [calculator], "Be brief.")
         try:
