@@ -48,7 +48,7 @@ $(STAMP): $(PY) pyproject.toml protocols/pyproject.toml constraints.txt
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt -c constraints.txt
 	# The Tinker Cookbook, as a test-only oracle for the renderers (not a runtime dependency).
 	$(PY) -m pip install -q --no-deps "tinker-cookbook==0.6.1"
-	$(PY) -m pip install -q -c constraints.txt blobfile chz  # imported by the cookbook's supervised data module (benchmarks)
+	$(PY) -m pip install -q -c constraints.txt blobfile chz termcolor pylatexenc  # imported by the cookbook's supervised data module and its math_rl recipe (benchmarks)
 	touch $(STAMP)
 
 install: $(STAMP)
