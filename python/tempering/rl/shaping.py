@@ -20,7 +20,8 @@ term                ``delta_N``                                                m
 Teachers: ``RLConfig.distill_teacher`` (every group) and ``RLConfig.distill_teachers`` (a logging
 tag → a teacher: a group carrying the tag, e.g. an interleaved dataset's source name, is scored
 by that teacher instead; one teacher per dataset). Each datum's sampled tokens are scored by its
-group's teacher (``compute_logprobs``). A group with no teacher gets no term.
+group's teacher (``compute_logprobs``), all teachers' requests at once. A group with no teacher
+gets no term.
 ``distill/reverse_kl`` is over the distilled tokens, ``distill/reverse_kl/<tag>`` per tagged
 teacher. A new term is a class with ``keeps_constant_groups`` and an async ``__call__``, built
 in :func:`open_terms`.
@@ -33,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -115,12 +117,15 @@ class Distill:
     ) -> tuple[Float32Array, dict[str, float]]:
         data_D = batch.to_datums()
         chosen = [self.teachers.of(tags_P[int(p)] if int(p) < len(tags_P) else ()) for p in batch.group_idx_D]
-        clients = {id(c): c for _, c in chosen if c is not None}
-        scored: dict[int, list[npt.NDArray[np.float64]]] = {}
-        for key, client in clients.items():
-            ds = [d for d, (_, c) in zip(data_D, chosen, strict=True) if c is not None and id(c) == key]
-            scored[key] = await reference_logprobs(ds, client)
-        iters = {key: iter(v) for key, v in scored.items()}
+        clients = list({id(c): c for _, c in chosen if c is not None}.values())
+        # Every teacher scores its datums at once (each request of one teacher is concurrent too).
+        scored = await asyncio.gather(
+            *(
+                reference_logprobs([d for d, (_, c) in zip(data_D, chosen, strict=True) if c is t], t)
+                for t in clients
+            )
+        )
+        iters = {id(t): iter(s) for t, s in zip(clients, scored, strict=True)}
         per_datum: list[npt.NDArray[np.float64]] = []
         for d, (_, c) in enumerate(chosen):
             n = int(batch.offsets_D1[d + 1] - batch.offsets_D1[d])
