@@ -37,7 +37,7 @@ from tempering.evals.items import BenchmarkItem, text_field
 __all__ = [
     "BENCHMARKS",
     "BENCHMARK_DIR_ENV",
-    "INSTRUCTIONS",
+    "KIND_INSTRUCTIONS",
     "Benchmark",
     "BenchmarkDataMissingError",
     "BenchmarkItem",
@@ -64,7 +64,7 @@ BenchmarkKind: TypeAlias = Literal["math", "choice", "ifeval", "code"]
 """How a benchmark's replies are graded: a math answer (``MathGrader``), an option letter, IFEval's
 instruction checkers, or a program run against tests in a sandbox."""
 
-INSTRUCTIONS: Mapping[BenchmarkKind, str] = {
+KIND_INSTRUCTIONS: Mapping[BenchmarkKind, str] = {
     "math": BOXED_INSTRUCTION,
     "choice": CHOICE_INSTRUCTION,
     "ifeval": "",
@@ -77,7 +77,7 @@ RowParser: TypeAlias = Callable[[Mapping[str, object], int], BenchmarkItem | Non
 
 
 def _kind_instruction(benchmark: Benchmark) -> str:
-    return INSTRUCTIONS[benchmark.kind]
+    return KIND_INSTRUCTIONS[benchmark.kind]
 
 
 @attrs.frozen(kw_only=True)
@@ -87,7 +87,7 @@ class Benchmark:
 
     ``answer_after_hashes``: the answer field is a worked solution whose final answer follows
     ``####`` (GSM8K). ``kind``: how replies are graded; ``instruction`` is appended to the problem
-    after a blank line (default: the kind's, :data:`INSTRUCTIONS`); ``parse`` reads a row of a
+    after a blank line (default: the kind's, :data:`KIND_INSTRUCTIONS`); ``parse`` reads a row of a
     non-math schema (:mod:`tempering.evals.schemas`; the field names above are then unused). ``hub_configs``:
     several configs read one after the other (MMLU-Redux's subjects), instead of ``hub_config``.
     """
