@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import attrs
 import numpy as np
@@ -51,6 +51,7 @@ __all__ = [
     "Distill",
     "KLPenalty",
     "Teachers",
+    "TermOutput",
     "TokenTerm",
     "flat_logprobs",
     "open_terms",
@@ -58,6 +59,9 @@ __all__ = [
 ]
 
 Float32Array = npt.NDArray[np.float32]
+
+TermOutput: TypeAlias = tuple[Float32Array, dict[str, float]]
+"""What a term returns: ``delta_N`` (float32, one per token position of the batch) and its metrics."""
 
 
 class TokenTerm(Protocol):
@@ -74,9 +78,7 @@ class TokenTerm(Protocol):
         """Whether the term teaches without reward variance (constant-reward groups train)."""
         ...
 
-    async def __call__(
-        self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /
-    ) -> tuple[Float32Array, dict[str, float]]: ...
+    async def __call__(self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /) -> TermOutput: ...
 
 
 @attrs.frozen
@@ -112,9 +114,7 @@ class Distill:
     coef: float
     keeps_constant_groups = True
 
-    async def __call__(
-        self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /
-    ) -> tuple[Float32Array, dict[str, float]]:
+    async def __call__(self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /) -> TermOutput:
         data_D = batch.to_datums()
         chosen = [self.teachers.of(tags_P[int(p)] if int(p) < len(tags_P) else ()) for p in batch.group_idx_D]
         clients = list({id(c): c for _, c in chosen if c is not None}.values())
@@ -154,9 +154,7 @@ class KLPenalty:
     coef: float
     keeps_constant_groups = False
 
-    async def __call__(
-        self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /
-    ) -> tuple[Float32Array, dict[str, float]]:
+    async def __call__(self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /) -> TermOutput:
         del tags_P
         ref_N = flat_logprobs(await reference_logprobs(batch.to_datums(), self.reference), batch)
         alone = batch.with_advantages(np.zeros_like(batch.advantages_N))
