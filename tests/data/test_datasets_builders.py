@@ -23,6 +23,7 @@ from tempering.data import (
     MixtureDataset,
     SupervisedChatDataset,
 )
+from tempering.data.streaming import StreamingChatDatasetBuilder
 from tempering.renderers import NoTrainableTokensError
 from tempering_protocols import ComparisonDataset, LabeledComparison, SupervisedDataset, SupervisedExample
 from tempering_protocols.testing import check_supervised_dataset, check_supervised_dataset_builder
@@ -203,3 +204,32 @@ def test_comparison_builder_test_path(write_jsonl: WriteRows) -> None:
     assert len(train) == 2
     assert test is not None
     assert [c.comparison.prompt_conversation[0]["content"] for c in test.items] == ["q0", "q1"]
+
+
+def test_streaming_builder_holds_out_a_test_file_smaller_than_a_batch(write_jsonl: WriteRows) -> None:
+    """The streamed run's held-out set is every conversation of ``test_sources``, read once, in
+    one short batch (a file of fewer conversations than ``batch_size`` is not an error)."""
+    extra = write_jsonl("extra.jsonl", [chat_row(f"held {i}", "out") for i in range(3)])
+    calls: list[int] = []
+
+    def counting_tokenizer() -> PreTrainedTokenizerFast:
+        calls.append(1)
+        return make_tokenizer()
+
+    builder = StreamingChatDatasetBuilder(
+        sources=[assets.path("arithmetic_chat.jsonl")],
+        tokenizer=counting_tokenizer,
+        renderer_name="chatml",
+        batch_size=16,
+        batches_per_epoch=2,
+        to_datums=next_token_datums,
+        test_sources=[extra],
+    )
+    train, test = builder()
+    assert len(calls) == 1
+    assert len(train) == 2
+    assert test is not None
+    assert len(test) == 1
+    assert [c[0]["content"] for c in test.get_conversations(0)] == ["held 0", "held 1", "held 2"]
+    assert test.origins == [[f"{extra}:1", f"{extra}:2", f"{extra}:3"]]
+    assert len(test.get_batch(0)) == 3

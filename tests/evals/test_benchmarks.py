@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from tempering.data import DataError
-from tempering.evals.benchmarks import BENCHMARKS, UnknownBenchmarkError, get_benchmark, load_items
+from tempering.evals.benchmarks import (
+    BENCHMARKS,
+    CHOICE_INSTRUCTION,
+    CODE_INSTRUCTION,
+    Benchmark,
+    UnknownBenchmarkError,
+    get_benchmark,
+    load_items,
+)
 from tempering.evals.stats import item_seed, sample_std, wilson_interval
 from tempering.evals.suite import EvalSuite, known_benchmarks
 
@@ -29,6 +37,18 @@ def test_each_schema_reads_its_fixture() -> None:
     ]
     aime = load_items(get_benchmark("aime24"), str(FIXTURES / "aime.jsonl"))
     assert [(i.id, i.answer) for i in aime] == [("1", "15"), ("2", "49"), ("3", "19")]
+
+
+def test_the_instruction_follows_the_kind_unless_given() -> None:
+    def bench(**kw: str) -> Benchmark:
+        return Benchmark(name="b", description="d", hub_name="h", **kw)  # pyright: ignore[reportArgumentType]
+
+    assert bench(kind="choice").instruction == CHOICE_INSTRUCTION
+    assert bench(kind="code").instruction == CODE_INSTRUCTION
+    assert bench(kind="ifeval").instruction == ""
+    assert bench().instruction.endswith("within \\boxed{}.")
+    assert bench(kind="choice", instruction="Answer with a letter.").instruction == "Answer with a letter."
+    assert {b.instruction for b in BENCHMARKS.values() if b.kind == "choice"} == {CHOICE_INSTRUCTION}
 
 
 def test_a_row_without_a_field_names_the_file_the_row_and_the_field(tmp_path: Path) -> None:

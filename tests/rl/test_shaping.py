@@ -124,3 +124,35 @@ class _Ragged:
     def compute_logprobs(self, prompt: tinker.ModelInput, /) -> _Done:
         self.calls += 1
         return _Done([None] + [-0.1 * self.calls] * (prompt.length - 1))
+
+
+@attrs.define
+class _WaitsForTheOthers:
+    """A teacher whose every request waits until each of ``n_teachers`` teachers has one in
+    flight: teachers scored one after another never get there."""
+
+    started: set[int]
+    everyone: asyncio.Event
+    n_teachers: int
+    logprob: float
+
+    async def compute_logprobs(self, prompt: tinker.ModelInput, /) -> list[float | None]:
+        self.started.add(id(self))
+        if len(self.started) == self.n_teachers:
+            self.everyone.set()
+        await self.everyone.wait()
+        return [None] + [self.logprob] * (prompt.length - 1)
+
+
+def test_the_teachers_score_their_groups_concurrently() -> None:
+    async def run() -> list[float]:
+        started: set[int] = set()
+        everyone = asyncio.Event()
+        math, code = (_WaitsForTheOthers(started, everyone, 2, lp) for lp in (-1.5, -0.25))
+        teachers = Teachers(None, {"math": math, "code": code})  # pyright: ignore[reportArgumentType]
+        out, _ = await asyncio.wait_for(
+            shape_advantages(_batch(), [["math"], ["code"], []], [Distill(teachers, 1.0)]), 5.0
+        )
+        return out.advantages_N[out.mask_N > 0].tolist()
+
+    assert asyncio.run(run()) == [-1.0] * 4 + [0.25] * 4 + [0.0] * 4

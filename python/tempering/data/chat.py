@@ -34,6 +34,7 @@ __all__ = [
     "Loaded",
     "SupervisedChatDataset",
     "ToDatums",
+    "held_out_batches",
     "load_chat",
     "load_rows",
     "stream_chat",
@@ -253,6 +254,36 @@ class SupervisedChatDataset:
         return self.to_datums(self.get_examples(index))
 
 
+def _load_source(source: ChatSource, skip_bad_rows: bool) -> Loaded[Conversation]:
+    return load_chat(source.path, format=source.format, skip_bad_rows=skip_bad_rows, columns=source.columns)
+
+
+def held_out_batches(
+    sources: Sequence[ChatSource],
+    batch_size: int,
+    *,
+    skip_bad_rows: bool = False,
+    drawn: Sequence[tuple[Conversation, str]] = (),
+) -> tuple[BatchedDataset[Conversation], list[str]] | None:
+    """A held-out set in batches of ``batch_size``, in order (the last batch may be short), with
+    each conversation's origin: ``drawn`` (``(conversation, origin)`` held out of the training
+    sources), then every conversation of ``sources``, each read once; None when there is none.
+
+    Example::
+
+        batches, origins = held_out_batches([ChatSource("test.jsonl")], 32)
+    """
+    items = [c for c, _ in drawn]
+    origins = [o for _, o in drawn]
+    for source in sources:
+        data = _load_source(source, skip_bad_rows)
+        items += data.items
+        origins += data.origins
+    if not items:
+        return None
+    return BatchedDataset(items, batch_size, shuffle=False, drop_last=False), origins
+
+
 @attrs.frozen
 class ChatDatasetBuilder:
     """A picklable config for a chat SFT dataset; calling it builds (train, held-out).
@@ -295,11 +326,6 @@ class ChatDatasetBuilder:
         if not self.sources:
             raise ValueError("ChatDatasetBuilder needs at least one source")
 
-    def _load(self, source: ChatSource) -> Loaded[Conversation]:
-        return load_chat(
-            source.path, format=source.format, skip_bad_rows=self.skip_bad_rows, columns=source.columns
-        )
-
     def build_conversations(
         self,
     ) -> tuple[
@@ -315,19 +341,13 @@ class ChatDatasetBuilder:
         """
         train_items: list[list[Conversation]] = []
         train_origins: list[list[str]] = []
-        test_items: list[Conversation] = []
-        test_origins: list[str] = []
+        drawn: list[tuple[Conversation, str]] = []
         for source in self.sources:
-            data = self._load(source)
+            data = _load_source(source, self.skip_bad_rows)
             keep, held = _split(data, self.test_size, self.seed)
             train_items.append([data.items[i] for i in keep])
             train_origins.append([data.origins[i] for i in keep])
-            test_items += [data.items[i] for i in held]
-            test_origins += [data.origins[i] for i in held]
-        for source in self.test_sources:
-            data = self._load(source)
-            test_items += data.items
-            test_origins += data.origins
+            drawn += [(data.items[i], data.origins[i]) for i in held]
         train: BatchedDataset[Conversation] | MixtureDataset[Conversation]
         if len(self.sources) == 1 and self.epoch_size is None:
             train = BatchedDataset(train_items[0], self.batch_size, seed=self.seed)
@@ -339,10 +359,9 @@ class ChatDatasetBuilder:
         if len(train) == 0:
             n = sum(len(items) for items in train_items) if self.epoch_size is None else self.epoch_size
             raise ValueError(f"{n} training conversations make no batch of {self.batch_size}")
-        test = None
-        if test_items:
-            batches = BatchedDataset(test_items, self.batch_size, shuffle=False, drop_last=False)
-            test = (batches, test_origins)
+        test = held_out_batches(
+            self.test_sources, self.batch_size, skip_bad_rows=self.skip_bad_rows, drawn=drawn
+        )
         return (train, train_origins), test
 
     def __call__(self) -> tuple[SupervisedChatDataset, SupervisedChatDataset | None]:

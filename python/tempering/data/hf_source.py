@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeAlias, TypeVar
 
 import attrs
@@ -176,17 +176,8 @@ def parse_hf_rows(
         yield from _parse_named_rows(os.fspath(path), parse, columns, skip_bad_rows, bad_rows)
         return
     source = HFSource.parse(path, columns)
-    for number, row in enumerate(source.rows(streaming=streaming), start=1):
-        try:
-            item = parse(row)
-        except RowError as exc:
-            err = DataError(source.label, number, str(exc), unit="row")
-            if not skip_bad_rows:
-                raise err from None
-            if bad_rows is not None:
-                bad_rows.add(err)
-            continue
-        yield f"{source.label}: row {number}", item
+    numbered = enumerate(source.rows(streaming=streaming), start=1)
+    yield from _parse_numbered(source.label, numbered, parse, skip_bad_rows, bad_rows)
 
 
 def _parse_named_rows(
@@ -205,9 +196,21 @@ def _parse_named_rows(
     source = options.get("source")
     kind = "comparison" if parse is parse_comparison_row else "chat"
     label = f"{path} ({source})" if source else path
-    for number, row in named_rows(path, kind, source):
-        if row is None:
-            continue
+    numbered = ((number, row) for number, row in named_rows(path, kind, source) if row is not None)
+    yield from _parse_numbered(label, numbered, parse, skip_bad_rows, bad_rows)
+
+
+def _parse_numbered(
+    label: str,
+    numbered: Iterable[tuple[int, object]],
+    parse: Callable[[object], _T],
+    skip_bad_rows: bool,
+    bad_rows: BadRows | None,
+) -> Iterator[tuple[str, _T]]:
+    """``("<label>: row N", item)`` for each numbered row that ``parse`` accepts; a row it rejects
+    (or a row that comes as its :class:`RowError`) is a DataError naming ``label`` and the row,
+    or, with ``skip_bad_rows``, is counted in ``bad_rows`` and skipped."""
+    for number, row in numbered:
         try:
             if isinstance(row, RowError):
                 raise row

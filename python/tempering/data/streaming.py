@@ -23,12 +23,12 @@ import tinker
 
 from tempering.data._parse import Conversation
 from tempering.data.chat import (
-    ChatDatasetBuilder,
     ChatSource,
     ChatStream,
     SupervisedChatDataset,
     ToDatums,
     _to_sources,  # pyright: ignore[reportPrivateUsage]
+    held_out_batches,
 )
 from tempering.data.datums import examples_to_datums
 from tempering.renderers import get_renderer, render_supervised_batch_sync
@@ -97,8 +97,9 @@ class StreamingChatDatasetBuilder:
     """A picklable config for streamed chat SFT data; calling it builds (train, held-out).
 
     The train set is a :class:`StreamingChatDataset` over ``sources`` (nothing loaded up
-    front); the held-out set, if ``test_sources`` are given, is loaded in memory as by
-    :class:`~tempering.data.ChatDatasetBuilder`.
+    front); the held-out set, if ``test_sources`` are given, is every conversation of them, loaded
+    in memory in file order (:func:`~tempering.data.chat.held_out_batches`, as
+    :class:`~tempering.data.ChatDatasetBuilder`'s ``test_sources``).
 
     Example::
 
@@ -136,16 +137,11 @@ class StreamingChatDatasetBuilder:
             batches_per_epoch=self.batches_per_epoch,
             train_on_what=self.train_on_what,
         )
+        held = held_out_batches(self.test_sources, self.batch_size, skip_bad_rows=self.skip_bad_rows)
         test = None
-        if self.test_sources:
-            _, test = ChatDatasetBuilder(
-                sources=self.test_sources,
-                tokenizer=self.tokenizer,
-                renderer_name=self.renderer_name,
-                batch_size=self.batch_size,
-                to_datums=self.to_datums,
-                train_on_what=self.train_on_what,
-                test_sources=self.test_sources,
-                test_size=0,
-            )()
+        if held is not None:
+            batches, origins = held
+            test = SupervisedChatDataset(
+                batches, renderer, self.to_datums, train_on_what=self.train_on_what, origins=[origins]
+            )
         return train, test

@@ -37,6 +37,7 @@ from tempering.evals.items import BenchmarkItem, text_field
 __all__ = [
     "BENCHMARKS",
     "BENCHMARK_DIR_ENV",
+    "KIND_INSTRUCTIONS",
     "Benchmark",
     "BenchmarkDataMissingError",
     "BenchmarkItem",
@@ -63,8 +64,20 @@ BenchmarkKind: TypeAlias = Literal["math", "choice", "ifeval", "code"]
 """How a benchmark's replies are graded: a math answer (``MathGrader``), an option letter, IFEval's
 instruction checkers, or a program run against tests in a sandbox."""
 
+KIND_INSTRUCTIONS: Mapping[BenchmarkKind, str] = {
+    "math": BOXED_INSTRUCTION,
+    "choice": CHOICE_INSTRUCTION,
+    "ifeval": "",
+    "code": CODE_INSTRUCTION,
+}
+"""The instruction a benchmark's problems get by default, by kind (IFEval's prompts carry their own)."""
+
 RowParser: TypeAlias = Callable[[Mapping[str, object], int], BenchmarkItem | None]
 """Row → item; None leaves out a row the benchmark excludes (MMLU-Redux's mislabelled ones)."""
+
+
+def _kind_instruction(benchmark: Benchmark) -> str:
+    return KIND_INSTRUCTIONS[benchmark.kind]
 
 
 @attrs.frozen(kw_only=True)
@@ -73,9 +86,9 @@ class Benchmark:
     ``split``), the row fields that hold the problem and the answer, and how a prompt is made.
 
     ``answer_after_hashes``: the answer field is a worked solution whose final answer follows
-    ``####`` (GSM8K). ``instruction`` is appended to the problem after a blank line. ``kind``:
-    how replies are graded; ``parse`` reads a row of a non-math schema
-    (:mod:`tempering.evals.schemas`; the field names above are then unused). ``hub_configs``:
+    ``####`` (GSM8K). ``kind``: how replies are graded; ``instruction`` is appended to the problem
+    after a blank line (default: the kind's, :data:`KIND_INSTRUCTIONS`); ``parse`` reads a row of a
+    non-math schema (:mod:`tempering.evals.schemas`; the field names above are then unused). ``hub_configs``:
     several configs read one after the other (MMLU-Redux's subjects), instead of ``hub_config``.
     """
 
@@ -87,8 +100,8 @@ class Benchmark:
     problem_field: str = "problem"
     answer_field: str = "answer"
     answer_after_hashes: bool = False
-    instruction: str = BOXED_INSTRUCTION
     kind: BenchmarkKind = "math"
+    instruction: str = attrs.field(default=attrs.Factory(_kind_instruction, takes_self=True))
     parse: RowParser | None = None
     hub_configs: tuple[str, ...] = ()
     source: str = ""
@@ -213,7 +226,6 @@ BENCHMARKS: dict[str, Benchmark] = {
             split="train",
             kind="ifeval",
             parse=schemas.ifeval_item,
-            instruction="",
         ),
         Benchmark(
             name="mmlu_pro",
@@ -221,7 +233,6 @@ BENCHMARKS: dict[str, Benchmark] = {
             hub_name="TIGER-Lab/MMLU-Pro",
             kind="choice",
             parse=schemas.mmlu_pro_item,
-            instruction=CHOICE_INSTRUCTION,
         ),
         Benchmark(
             name="gpqa",
@@ -231,7 +242,6 @@ BENCHMARKS: dict[str, Benchmark] = {
             split="train",
             kind="choice",
             parse=schemas.gpqa_item,
-            instruction=CHOICE_INSTRUCTION,
         ),
         Benchmark(
             name="supergpqa",
@@ -240,7 +250,6 @@ BENCHMARKS: dict[str, Benchmark] = {
             split="train",
             kind="choice",
             parse=schemas.supergpqa_item,
-            instruction=CHOICE_INSTRUCTION,
         ),
         Benchmark(
             name="mmlu_redux",
@@ -252,7 +261,6 @@ BENCHMARKS: dict[str, Benchmark] = {
             hub_configs=MMLU_SUBJECTS,
             kind="choice",
             parse=schemas.mmlu_redux_item,
-            instruction=CHOICE_INSTRUCTION,
         ),
         Benchmark(
             name="mbpp",
@@ -264,7 +272,6 @@ BENCHMARKS: dict[str, Benchmark] = {
             hub_config="full",
             kind="code",
             parse=schemas.mbpp_item,
-            instruction=CODE_INSTRUCTION,
         ),
     )
 }

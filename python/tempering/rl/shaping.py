@@ -20,7 +20,8 @@ term                ``delta_N``                                                m
 Teachers: ``RLConfig.distill_teacher`` (every group) and ``RLConfig.distill_teachers`` (a logging
 tag → a teacher: a group carrying the tag, e.g. an interleaved dataset's source name, is scored
 by that teacher instead; one teacher per dataset). Each datum's sampled tokens are scored by its
-group's teacher (``compute_logprobs``). A group with no teacher gets no term.
+group's teacher (``compute_logprobs``), all teachers' requests at once. A group with no teacher
+gets no term.
 ``distill/reverse_kl`` is over the distilled tokens, ``distill/reverse_kl/<tag>`` per tagged
 teacher. A new term is a class with ``keeps_constant_groups`` and an async ``__call__``, built
 in :func:`open_terms`.
@@ -33,8 +34,9 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import attrs
 import numpy as np
@@ -49,6 +51,7 @@ __all__ = [
     "Distill",
     "KLPenalty",
     "Teachers",
+    "TermOutput",
     "TokenTerm",
     "flat_logprobs",
     "open_terms",
@@ -56,6 +59,9 @@ __all__ = [
 ]
 
 Float32Array = npt.NDArray[np.float32]
+
+TermOutput: TypeAlias = tuple[Float32Array, dict[str, float]]
+"""What a term returns: ``delta_N`` (float32, one per token position of the batch) and its metrics."""
 
 
 class TokenTerm(Protocol):
@@ -72,9 +78,7 @@ class TokenTerm(Protocol):
         """Whether the term teaches without reward variance (constant-reward groups train)."""
         ...
 
-    async def __call__(
-        self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /
-    ) -> tuple[Float32Array, dict[str, float]]: ...
+    async def __call__(self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /) -> TermOutput: ...
 
 
 @attrs.frozen
@@ -110,17 +114,18 @@ class Distill:
     coef: float
     keeps_constant_groups = True
 
-    async def __call__(
-        self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /
-    ) -> tuple[Float32Array, dict[str, float]]:
+    async def __call__(self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /) -> TermOutput:
         data_D = batch.to_datums()
         chosen = [self.teachers.of(tags_P[int(p)] if int(p) < len(tags_P) else ()) for p in batch.group_idx_D]
-        clients = {id(c): c for _, c in chosen if c is not None}
-        scored: dict[int, list[npt.NDArray[np.float64]]] = {}
-        for key, client in clients.items():
-            ds = [d for d, (_, c) in zip(data_D, chosen, strict=True) if c is not None and id(c) == key]
-            scored[key] = await reference_logprobs(ds, client)
-        iters = {key: iter(v) for key, v in scored.items()}
+        clients = list({id(c): c for _, c in chosen if c is not None}.values())
+        # Every teacher scores its datums at once (each request of one teacher is concurrent too).
+        scored = await asyncio.gather(
+            *(
+                reference_logprobs([d for d, (_, c) in zip(data_D, chosen, strict=True) if c is t], t)
+                for t in clients
+            )
+        )
+        iters = {id(t): iter(s) for t, s in zip(clients, scored, strict=True)}
         per_datum: list[npt.NDArray[np.float64]] = []
         for d, (_, c) in enumerate(chosen):
             n = int(batch.offsets_D1[d + 1] - batch.offsets_D1[d])
@@ -149,9 +154,7 @@ class KLPenalty:
     coef: float
     keeps_constant_groups = False
 
-    async def __call__(
-        self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /
-    ) -> tuple[Float32Array, dict[str, float]]:
+    async def __call__(self, batch: RaggedBatch, tags_P: Sequence[Sequence[str]], /) -> TermOutput:
         del tags_P
         ref_N = flat_logprobs(await reference_logprobs(batch.to_datums(), self.reference), batch)
         alone = batch.with_advantages(np.zeros_like(batch.advantages_N))

@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Future as ConcurrentFuture
 from pathlib import Path
 
+import attrs
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -47,6 +48,7 @@ DEFAULT_MAX_RESIDENT = 4
 """Non-base sampler weight sets kept in memory at once (``TEMPERING_SERVE_RESIDENT_SAMPLERS``)."""
 
 
+@attrs.define(eq=False)
 class SamplerRef:
     """One set of sampler weights that sampling sessions refer to (see the module docstring).
 
@@ -54,27 +56,18 @@ class SamplerRef:
     were evicted.
     """
 
-    def __init__(
-        self,
-        pool: SamplerPool,
-        key: Hashable,
-        reload: Callable[[], SamplerModel] | None,
-        *,
-        pinned: bool = False,
-        lora: LoraMeta | None = None,
-    ) -> None:
-        self.pool = pool
-        self.key = key
-        self.reload = reload
-        """Builds the weights again after an eviction (None: only from a spill file)."""
-        self.pinned = pinned
-        self.lora = lora
-        """The adapter's shape, for a snapshot that may be spilled."""
-        self.users: set[str] = set()
-        """The sampler ids (sampling sessions) that refer to these weights."""
-        self.weights: ConcurrentFuture[SamplerModel] | None = None
-        self.resident_client: LocalSamplingClient | None = None
-        self.spill: Path | None = None
+    pool: SamplerPool
+    key: Hashable
+    reload: Callable[[], SamplerModel] | None
+    """Builds the weights again after an eviction (None: only from a spill file)."""
+    pinned: bool = attrs.field(default=False, kw_only=True)
+    lora: LoraMeta | None = attrs.field(default=None, kw_only=True)
+    """The adapter's shape, for a snapshot that may be spilled."""
+    users: set[str] = attrs.field(init=False, factory=set[str])
+    """The sampler ids (sampling sessions) that refer to these weights."""
+    weights: ConcurrentFuture[SamplerModel] | None = attrs.field(init=False, default=None)
+    resident_client: LocalSamplingClient | None = attrs.field(init=False, default=None)
+    spill: Path | None = attrs.field(init=False, default=None)
 
     def client(self) -> LocalSamplingClient:
         return self.pool.resident(self)

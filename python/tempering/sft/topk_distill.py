@@ -57,14 +57,18 @@ class TeacherTokenizerMismatchError(ValueError):
 
 
 class _TopkSampler(Protocol):
+    """What top-K scoring asks of a teacher: the SDK's (and the local engine's) ``sample`` with
+    ``topk_prompt_logprobs``, which :class:`~tempering_protocols.SamplingClient` does not name."""
+
     def sample(
         self,
         prompt: tinker.ModelInput,
         num_samples: int,
         sampling_params: tinker.SamplingParams,
-        include_prompt_logprobs: bool = False,
+        include_prompt_logprobs: bool,
+        /,
         *,
-        topk_prompt_logprobs: int = 0,
+        topk_prompt_logprobs: int,
     ) -> Future[ttypes.SampleResponse]: ...
 
 
