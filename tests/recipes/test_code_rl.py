@@ -19,7 +19,8 @@ from tempering.recipes.code_rl import CodeRLRecipe, write_solutions
 
 _TINY = [
     "--sft-steps", "8", "--sft-batch-size", "8", "--rl-steps", "1", "--rl-batch-size", "2",
-    "--group-size", "2", "--eval-samples", "1", "--max-tokens", "24", "--n-test", "4", "--no-progress",
+    "--group-size", "2", "--eval-samples", "1", "--max-tokens", "24", "--n-test", "4", "--eval-seeds", "2",
+    "--no-progress",
 ]  # fmt: skip
 
 
@@ -62,6 +63,9 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     assert summary["recipe"] == "code-rl"
     for key in ("sft_train_pass_fraction", "sft_test_all_pass", "rl_train_pass_fraction", "rl_test_all_pass"):
         assert 0.0 <= summary[key] <= 1.0
+    for key in ("sft_test_pass_fraction_sd", "rl_test_all_pass_sd"):  # spread over the 2 eval seeds
+        assert summary[key] >= 0.0
+    assert "base_test_pass_fraction" not in summary  # the tiny model: no untrained evaluation
     assert summary["evaluation"]["rl_train_replies"] == 36  # 36 training problems x 1 sample
     assert summary["evaluation"]["rl_test_replies"] == 4
     assert not set(summary["train_problems"]) & set(summary["test_problems"])

@@ -181,7 +181,7 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         rl = RLStage.of(self, "rl_", learning_rate=lr, eval_every=10)
         run = await sft_then_rl(
             s, SFTStage.of(self, "sft_", steps=sft_steps), rl, evaluate, train_path=train_data, task=task,
-            evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True,
+            evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True, log_trajectories=True,
             rl_what=f" of {self.rl_batch_size} problems x {self.group_size} samples",
         )  # fmt: skip
         before, after = run.before or {}, run.after
