@@ -11,7 +11,8 @@ writing it in ``\\boxed{}`` (:mod:`tempering.envs.math`).
    ``\\boxed{n}`` (:func:`~tempering.data.hub.boxed_solution`); run directory ``<out>/sft``.
 3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.math.MathTask`:
    ``rl_batch_size`` problems × ``group_size`` samples per step, reward
-   ``correct_weight * correct + format_weight * (boxed - 1)``; run directory ``<out>/rl``.
+   ``correct_weight * correct + format_weight * (boxed - 1)``; run directory ``<out>/rl``, its
+   rollouts logged under ``<out>/rl/trajectories``.
 4. Held-out accuracy before RL (the SFT checkpoint, or the base model) and after: greedy, and
    sampled at temperature 1 with ``eval_samples`` answers per problem, each problem seeded on
    its own, repeated for ``eval_seeds`` seeds (mean and standard deviation over them).
