@@ -73,3 +73,25 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     rl = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rl] == [0]
     assert all("env/reward/mean" in x for x in rl)
+
+
+def test_without_sft_the_figures_before_rl_are_the_base_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--sft-steps 0``: RL starts from the base model, which is evaluated first (``base_*``)."""
+    import asyncio
+
+    monkeypatch.setenv("TEMPERING_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    out = tmp_path / "run"
+    recipe = CodeRLRecipe(
+        out=str(out), sft_steps=0, rl_steps=1, rl_batch_size=1, group_size=2, eval_samples=1,
+        max_tokens=8, n_test=4, eval_seeds=2, rl_eval_every=0, progress=False,
+    )  # fmt: skip
+    asyncio.run(recipe())
+    summary = json.loads((out / "summary.json").read_text())
+    for stage in ("base", "rl"):
+        assert 0.0 <= summary[f"{stage}_test_pass_fraction"] <= 1.0
+        assert summary[f"{stage}_test_pass_fraction_sd"] >= 0.0
+        assert summary["evaluation"][f"{stage}_test_replies"] == 4
+    assert not any(k.startswith("sft_") for k in summary)
