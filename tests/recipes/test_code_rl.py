@@ -78,7 +78,8 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
 def test_without_sft_the_figures_before_rl_are_the_base_models(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--sft-steps 0``: RL starts from the base model, which is evaluated first (``base_*``)."""
+    """``--sft-steps 0``: RL starts from the base model, which is evaluated first (``base_*``);
+    ``--no-eval-train`` evaluates the held-out problems only."""
     import asyncio
 
     monkeypatch.setenv("TEMPERING_HOME", str(tmp_path / "home"))
@@ -86,7 +87,7 @@ def test_without_sft_the_figures_before_rl_are_the_base_models(
     out = tmp_path / "run"
     recipe = CodeRLRecipe(
         out=str(out), sft_steps=0, rl_steps=1, rl_batch_size=1, group_size=2, eval_samples=1,
-        max_tokens=8, n_test=4, eval_seeds=2, rl_eval_every=0, progress=False,
+        max_tokens=8, n_test=4, eval_seeds=2, rl_eval_every=0, eval_train=False, progress=False,
     )  # fmt: skip
     asyncio.run(recipe())
     summary = json.loads((out / "summary.json").read_text())
@@ -95,3 +96,4 @@ def test_without_sft_the_figures_before_rl_are_the_base_models(
         assert summary[f"{stage}_test_pass_fraction_sd"] >= 0.0
         assert summary["evaluation"][f"{stage}_test_replies"] == 4
     assert not any(k.startswith("sft_") for k in summary)
+    assert not any("_train_" in k for k in summary["evaluation"])  # --no-eval-train: held-out only

@@ -90,6 +90,9 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Evaluate the RL policy every this many steps (0: only before and after)."""
     sandbox_seconds: float = 5.0
     """Wall- and CPU-time limit of one grading run."""
+    eval_train: bool = True
+    """Evaluate on the training problems too (``--no-eval-train``: on the held-out ones only, a
+    fraction of the time on a real model)."""
     eval_seeds: int = 1
     """Evaluation seeds: each evaluation samples its replies once per seed; the figures are the
     means over the seeds, ``<figure>_sd`` (pass fraction, all-pass) their standard deviation."""
@@ -121,7 +124,8 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
             stage = "base" if stage == "sft" and untrained else stage
             figures: dict[str, float] = {}
-            for split, problems in (("train", train_problems), ("test", test_problems)):
+            splits = (("train", train_problems),) if self.eval_train else ()
+            for split, problems in (*splits, ("test", test_problems)):
                 runs = [
                     await evaluate_code(
                         sampler,
@@ -175,7 +179,7 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
 
 def _describe(figures: dict[str, float], stage: str) -> str:
     parts: list[str] = []
-    for split in ("train", "test"):
+    for split in ("train", "test") if f"{stage}_train_format" in figures else ("test",):
         pass_fraction, all_pass, block = (
             figures[f"{stage}_{split}_{k}"] for k in ("pass_fraction", "all_pass", "format")
         )
