@@ -22,7 +22,7 @@ from tempering.envs import (
 from tempering.envs.message import MessageEnvAdapter
 from tempering.envs.tic_tac_toe import LINES, legal_moves, parse_move, tic_tac_toe_prompt, winner
 from tempering.renderers import BaseRenderer
-from tempering.rl.evaluate import evaluate_against_random
+from tempering.rl.evaluate import evaluate_against_random, evaluate_against_random_seeds
 from tempering_protocols import Env, Metrics, Observation, StopCondition, TokensWithLogprobs
 from tempering_protocols.rendering import decode_text
 from tempering_protocols.testing import check_env, check_env_group_builder
@@ -297,3 +297,20 @@ def test_evaluator_with_known_players(renderer: BaseRenderer) -> None:
     assert again == same  # the random players are seeded
     with pytest.raises(ValueError, match="games_per_side"):
         asyncio.run(evaluate_against_random(_Completer(always_5), renderer, games_per_side=0))
+
+
+def test_evaluator_over_seeds_pools_each_seeds_games(renderer: BaseRenderer) -> None:
+    policy = _Completer(_first_free(renderer))
+    pooled, per_seed = asyncio.run(
+        evaluate_against_random_seeds(policy, renderer, games_per_side=20, seeds=[5, 6, 7])
+    )
+    assert len(per_seed) == 3
+    # each seed is the single-seed evaluation with that seed
+    assert per_seed[0] == asyncio.run(evaluate_against_random(policy, renderer, games_per_side=20, seed=5))
+    assert per_seed[1] != per_seed[0]  # the seeds draw different random opponents
+    for side in ("X", "O"):
+        assert pooled[side].games == 60
+        for k in ("win", "draw", "loss", "illegal", "moves"):
+            assert getattr(pooled[side], k) == pytest.approx(sum(getattr(x[side], k) for x in per_seed) / 3)
+    with pytest.raises(ValueError, match="seeds is empty"):
+        asyncio.run(evaluate_against_random_seeds(policy, renderer, games_per_side=20, seeds=[]))

@@ -19,7 +19,8 @@ from tempering.recipes.code_rl import CodeRLRecipe, write_solutions
 
 _TINY = [
     "--sft-steps", "8", "--sft-batch-size", "8", "--rl-steps", "1", "--rl-batch-size", "2",
-    "--group-size", "2", "--eval-samples", "1", "--max-tokens", "24", "--n-test", "4", "--no-progress",
+    "--group-size", "2", "--eval-samples", "1", "--max-tokens", "24", "--n-test", "4", "--eval-seeds", "2",
+    "--no-progress",
 ]  # fmt: skip
 
 
@@ -62,6 +63,9 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     assert summary["recipe"] == "code-rl"
     for key in ("sft_train_pass_fraction", "sft_test_all_pass", "rl_train_pass_fraction", "rl_test_all_pass"):
         assert 0.0 <= summary[key] <= 1.0
+    for key in ("sft_test_pass_fraction_sd", "rl_test_all_pass_sd"):  # spread over the 2 eval seeds
+        assert summary[key] >= 0.0
+    assert "base_test_pass_fraction" not in summary  # the tiny model: no untrained evaluation
     assert summary["evaluation"]["rl_train_replies"] == 36  # 36 training problems x 1 sample
     assert summary["evaluation"]["rl_test_replies"] == 4
     assert not set(summary["train_problems"]) & set(summary["test_problems"])
@@ -69,3 +73,27 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     rl = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rl] == [0]
     assert all("env/reward/mean" in x for x in rl)
+
+
+def test_without_sft_the_figures_before_rl_are_the_base_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--sft-steps 0``: RL starts from the base model, which is evaluated first (``base_*``);
+    ``--no-eval-train`` evaluates the held-out problems only."""
+    import asyncio
+
+    monkeypatch.setenv("TEMPERING_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    out = tmp_path / "run"
+    recipe = CodeRLRecipe(
+        out=str(out), sft_steps=0, rl_steps=1, rl_batch_size=1, group_size=2, eval_samples=1,
+        max_tokens=8, n_test=4, eval_seeds=2, rl_eval_every=0, eval_train=False, progress=False,
+    )  # fmt: skip
+    asyncio.run(recipe())
+    summary = json.loads((out / "summary.json").read_text())
+    for stage in ("base", "rl"):
+        assert 0.0 <= summary[f"{stage}_test_pass_fraction"] <= 1.0
+        assert summary[f"{stage}_test_pass_fraction_sd"] >= 0.0
+        assert summary["evaluation"][f"{stage}_test_replies"] == 4
+    assert not any(k.startswith("sft_") for k in summary)
+    assert not any("_train_" in k for k in summary["evaluation"])  # --no-eval-train: held-out only

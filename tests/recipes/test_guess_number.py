@@ -19,7 +19,7 @@ from tempering.recipes.guess_number import GuessNumberRecipe
 _TINY = [
     "--sft-games", "200", "--sft-steps", "16", "--sft-batch-size", "16",
     "--rl-steps", "2", "--rl-batch-size", "2", "--group-size", "4", "--rl-eval-every", "1",
-    "--n-test-secrets", "2", "--eval-samples", "4", "--no-progress",
+    "--n-test-secrets", "2", "--eval-samples", "4", "--eval-seeds", "2", "--no-progress",
 ]  # fmt: skip
 
 
@@ -67,7 +67,13 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
         assert 0.0 <= summary[f"{stage}_success"] <= 1.0
         assert 0.0 <= summary[f"{stage}_invalid"] <= 1.0
         assert 1.0 <= summary[f"{stage}_turns"] <= 5.0
-        assert summary[stage]["episodes"] == 2 * 4  # held-out secrets x eval samples
+        assert summary[stage]["episodes"] == 2 * 4 * 2  # held-out secrets x eval samples x eval seeds
+        spread = summary["spread"][f"{stage}_success"]
+        assert spread["seeds"] == [7919, 7920]
+        assert len(spread["values"]) == 2
+        assert summary[f"{stage}_success"] == pytest.approx(sum(spread["values"]) / 2)
+        assert summary[f"{stage}_success_sd"] == pytest.approx(spread["sd"])
+    assert "base_success" not in summary  # the tiny model starts from random weights: no untrained evaluation
     assert summary["wall_seconds"] > 0
     assert summary["scripted"]["bisect_success"] == 1.0
     assert len(summary["eval_secrets"]) == 2
@@ -84,3 +90,29 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     assert "test/correct" in rl[-1]
     for stage in ("sft", "rl"):
         assert (out / stage / "checkpoints.jsonl").read_text().strip()
+
+
+def test_a_pretrained_model_is_evaluated_untrained_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pretrained model (here the tiny one taken for one: only the model-aware choice is
+    patched) is evaluated before SFT too, so the page can say where it started."""
+    import asyncio
+
+    import tempering.recipes.guess_number as guess_number
+
+    monkeypatch.setenv("TEMPERING_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.setattr(guess_number, "trains_tiny_from_scratch", lambda base_model: False)
+    out = tmp_path / "run"
+    recipe = GuessNumberRecipe(
+        out=str(out), sft_games=100, sft_steps=2, sft_batch_size=8, rl_steps=1, rl_batch_size=1,
+        group_size=2, n_test_secrets=2, eval_samples=2, eval_seeds=2, rl_eval_every=0, lora_rank=0,
+        progress=False,
+    )  # fmt: skip
+    asyncio.run(recipe())
+    summary = json.loads((out / "summary.json").read_text())
+    for stage in ("base", "sft", "rl"):
+        assert summary[stage]["episodes"] == 2 * 2 * 2
+        assert 0.0 <= summary[f"{stage}_success"] <= 1.0
+        assert len(summary["spread"][f"{stage}_success"]["values"]) == 2

@@ -23,7 +23,7 @@ from tempering_protocols.testing import check_rl_dataset
 _TINY = [
     "--sft-games", "100", "--sft-steps", "16", "--sft-batch-size", "16",
     "--rl-steps", "2", "--rl-batch-size", "2", "--games-per-group", "2",
-    "--eval-games", "10", "--no-progress",
+    "--eval-games", "10", "--eval-seeds", "2", "--no-progress",
 ]  # fmt: skip
 
 
@@ -80,7 +80,10 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
             assert all(0.0 <= r <= 1.0 for r in rates)
             assert sum(rates) == pytest.approx(1.0)
             assert 0.0 <= summary[f"{stage}_{side}_illegal"] <= summary[f"{stage}_{side}_loss"]
-            assert summary[stage][side]["games"] == 10
+            assert summary[stage][side]["games"] == 10 * 2  # games per side x eval seeds, pooled
+            spread = summary["spread"][f"{stage}_{side}_win"]
+            assert spread["seeds"] == [7919, 7920]
+            assert summary[f"{stage}_{side}_win"] == pytest.approx(sum(spread["values"]) / 2)
     assert summary["wall_seconds"] > 0
     assert summary["sft_positions"] >= 100 * 5
 

@@ -9,7 +9,9 @@ a sandbox.
    problems × ``group_size`` replies per step, each reply's program run against the problem's
    tests in a :class:`~tempering.tools.sandbox.LocalSandbox`, reward the pass fraction (or
    all-pass, ``--reward all``) minus 0.1 without a code block; run directory ``<out>/rl``.
-4. Evaluation before and after RL, on the training and the held-out problems alike:
+4. Evaluation before and after RL, on the training and the held-out problems alike (``base_*``:
+   the untrained model, before SFT on a pretrained model or as the start of RL without SFT;
+   ``sft_*``: the SFT checkpoint; ``rl_*``: the RL policy):
    ``eval_samples`` replies per problem at temperature 1 with a seed of its own: mean pass
    fraction, all-pass rate, code-block rate.
 
@@ -34,7 +36,16 @@ from tempering.envs.code import (
     RewardMode,
     code_messages,
 )
-from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
+from tempering.evals.stats import Spread
+from tempering.recipes._common import (
+    GroupFlags,
+    RecipeConfig,
+    RecipeResult,
+    RLFlags,
+    SFTFlags,
+    recipe_flags,
+    trains_tiny_from_scratch,
+)
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
 from tempering.rl.task_evals import evaluate_code
 from tempering.tools.sandbox import LocalSandbox
@@ -79,9 +90,15 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Evaluate the RL policy every this many steps (0: only before and after)."""
     sandbox_seconds: float = 5.0
     """Wall- and CPU-time limit of one grading run."""
+    eval_train: bool = True
+    """Evaluate on the training problems too (``--no-eval-train``: on the held-out ones only, a
+    fraction of the time on a real model)."""
+    eval_seeds: int = 1
+    """Evaluation seeds: each evaluation samples its replies once per seed; the figures are the
+    means over the seeds, ``<figure>_sd`` (pass fraction, all-pass) their standard deviation."""
 
     NAME: ClassVar[str] = "code-rl"
-    POSITIVE: ClassVar[str] = "sandbox_seconds"
+    POSITIVE: ClassVar[str] = "sandbox_seconds eval_seeds"
     NON_NEGATIVE: ClassVar[str] = "sft_steps"
 
     def validate(self) -> None:
@@ -102,14 +119,30 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         train_problems, test_problems = task.problems()
         renderer = self.renderer()
 
+        untrained = self.sft_steps == 0 and self.init_state is None  # "before RL" is the base model
+
         async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
+            stage = "base" if stage == "sft" and untrained else stage
             figures: dict[str, float] = {}
-            for split, problems in (("train", train_problems), ("test", test_problems)):
-                found = await evaluate_code(
-                    sampler, problems, renderer, task.grading, samples=self.eval_samples,
-                    max_tokens=self.max_tokens, seed=self.seed + 7919,
-                )  # fmt: skip
-                figures |= {f"{stage}_{split}_{k}": v for k, v in found.items()}
+            splits = (("train", train_problems),) if self.eval_train else ()
+            for split, problems in (*splits, ("test", test_problems)):
+                runs = [
+                    await evaluate_code(
+                        sampler,
+                        problems,
+                        renderer,
+                        task.grading,
+                        samples=self.eval_samples,
+                        max_tokens=self.max_tokens,
+                        seed=self.seed + 7919 + k,
+                    )
+                    for k in range(self.eval_seeds)
+                ]
+                for key in runs[0]:
+                    spread = Spread(tuple(range(len(runs))), tuple(r[key] for r in runs))
+                    figures[f"{stage}_{split}_{key}"] = spread.mean
+                    if key in ("pass_fraction", "all_pass") and len(runs) > 1:
+                        figures[f"{stage}_{split}_{key}_sd"] = spread.sd
             s.say(f"{stage}: {_describe(figures, stage)}")
             return figures
 
@@ -119,13 +152,19 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         run = await sft_then_rl(
             s, SFTStage.of(self, "sft_", max_warmup_steps=20), RLStage.of(self, "rl_"), evaluate,
             train_path=train_data, task=task, init_state=self.init_state, max_tokens=self.max_tokens,
-            rl_what=f" of {self.rl_batch_size} problems x {self.group_size} replies",
+            evaluate_base=True, evaluate_untrained=not trains_tiny_from_scratch(self.base_model),
+            log_trajectories=True, rl_what=f" of {self.rl_batch_size} problems x {self.group_size} replies",
         )  # fmt: skip
-        details = {**(run.before or {}), **run.after}
-        headline = ("train_pass_fraction", "test_pass_fraction", "train_all_pass", "test_all_pass")
+        details = {**(run.base or {}), **(run.before or {}), **run.after}
+        headline = tuple(
+            f"{split}_{k}{sd}"
+            for split in ("train", "test")
+            for k in ("pass_fraction", "all_pass")
+            for sd in ("", "_sd")
+        )
         figures = {
             f"{st}_{k}": details[f"{st}_{k}"]
-            for st in ("sft", "rl")
+            for st in ("base", "sft", "rl")
             for k in headline
             if f"{st}_{k}" in details
         }
@@ -140,7 +179,7 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
 
 def _describe(figures: dict[str, float], stage: str) -> str:
     parts: list[str] = []
-    for split in ("train", "test"):
+    for split in ("train", "test") if f"{stage}_train_format" in figures else ("test",):
         pass_fraction, all_pass, block = (
             figures[f"{stage}_{split}_{k}"] for k in ("pass_fraction", "all_pass", "format")
         )

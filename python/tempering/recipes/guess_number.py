@@ -18,12 +18,14 @@ A randomly initialised tiny model cannot play from nothing in minutes, so the pi
    ``invalid_reward`` for an invalid reply; run directory ``<out>/rl``.
 4. Evaluation of the SFT and the RL weights alike: ``eval_samples`` games per secret (the
    held-out ones when there are), sampled at temperature 1 (the policy as RL samples it) with
-   a fixed seed of its own, a distinct one per group and game
-   (:func:`~tempering.rl.evaluate.evaluate_guess_number`): success rate (with its 95% Wilson
-   interval in ``ci95``), mean turns, invalid-reply rate
+   a fixed seed of its own (``eval_seeds`` of them, the games of every seed pooled), a distinct
+   one per group and game (:func:`~tempering.rl.evaluate.evaluate_guess_number_seeds`): success
+   rate (with its 95% Wilson interval in ``ci95`` and its spread over the evaluation seeds in
+   ``spread``), mean turns, invalid-reply rate
    (:func:`~tempering.envs.guess_number.guess_number_stats`). The difference is RL's own
-   contribution. ``summary.json`` also records the scripted teacher and bisection on the same
-   secrets, for scale.
+   contribution. A pretrained base model (anything but the tiny one) is evaluated the same way
+   before SFT too (``base_*``): where it started. ``summary.json`` also records the scripted
+   teacher and bisection on the same secrets, for scale.
 
 Shapes: ``P`` secrets per RL step (``rl_batch_size``), ``G`` games per secret (``group_size``).
 
@@ -50,9 +52,18 @@ from tempering.envs.guess_number import (
     GuessNumberTask,
 )
 from tempering.evals.accuracy import wilson_interval
-from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
+from tempering.evals.stats import Spread
+from tempering.recipes._common import (
+    GroupFlags,
+    RecipeConfig,
+    RecipeResult,
+    RLFlags,
+    SFTFlags,
+    recipe_flags,
+    trains_tiny_from_scratch,
+)
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
-from tempering.rl.evaluate import evaluate_guess_number
+from tempering.rl.evaluate import evaluate_guess_number_seeds
 from tempering_protocols import SamplingClient, TrainOnWhat
 
 __all__ = ["GuessNumberRecipe"]
@@ -101,9 +112,12 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Scripted games written for the SFT stage."""
     rl_eval_every: int = 10
     """Evaluate the RL policy every this many steps (0: only before and after)."""
+    eval_seeds: int = 1
+    """Evaluation seeds: each evaluation plays its games once per seed; the figures pool every
+    seed's games, ``<stage>_success_sd`` is the standard deviation of the per-seed success."""
 
     NAME: ClassVar[str] = "guess-number"
-    POSITIVE: ClassVar[str] = "sft_games sft_steps"
+    POSITIVE: ClassVar[str] = "sft_games sft_steps eval_seeds"
 
     def validate(self) -> None:
         if self.teacher not in TEACHERS:
@@ -130,11 +144,15 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
             for secret in eval_secrets
         ]
 
+        seeds = [self.seed + 7919 + k for k in range(self.eval_seeds)]
+        spreads: dict[str, Spread] = {}
+
         async def evaluate(stage: str, sampler: SamplingClient) -> GuessNumberStats:
-            stats = await evaluate_guess_number(
-                sampler, eval_builders, max_tokens=self.max_tokens, seed=self.seed + 7919
+            stats, per_seed = await evaluate_guess_number_seeds(
+                sampler, eval_builders, max_tokens=self.max_tokens, seeds=seeds
             )
-            s.say(f"after {stage.upper()} {_describe(stats)}")
+            spreads[stage] = Spread(tuple(seeds), tuple(x.success for x in per_seed))
+            s.say(f"{'untrained' if stage == 'base' else 'after ' + stage.upper()} {_describe(stats)}")
             return stats
 
         # 1. data
@@ -151,7 +169,7 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         sft = SFTStage.of(self, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
         run = await sft_then_rl(
             s, sft, RLStage.of(self, "rl_"), evaluate, train_path=train_path, test_path=test_path, task=task,
-            max_tokens=self.max_tokens,
+            max_tokens=self.max_tokens, evaluate_untrained=not trains_tiny_from_scratch(self.base_model),
         )  # fmt: skip
         evaluated = run.evaluations()
 
@@ -162,9 +180,10 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         }
         figures = {
             f"{k}_{m}": getattr(v, m) for m in ("success", "turns", "invalid") for k, v in evaluated.items()
-        }
+        } | {f"{k}_success_sd": spreads[k].sd for k in evaluated}
         extra = {
             **{k: attrs.asdict(v) for k, v in evaluated.items()},
+            "spread": {f"{k}_success": spreads[k].to_json() for k in evaluated},
             "scripted": scripted,
             "eval_secrets": list(eval_secrets),
             "train_secrets": list(train_secrets),

@@ -11,7 +11,8 @@ writing it in ``\\boxed{}`` (:mod:`tempering.envs.math`).
    ``\\boxed{n}`` (:func:`~tempering.data.hub.boxed_solution`); run directory ``<out>/sft``.
 3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.math.MathTask`:
    ``rl_batch_size`` problems × ``group_size`` samples per step, reward
-   ``correct_weight * correct + format_weight * (boxed - 1)``; run directory ``<out>/rl``.
+   ``correct_weight * correct + format_weight * (boxed - 1)``; run directory ``<out>/rl``, its
+   rollouts logged under ``<out>/rl/trajectories``.
 4. Held-out accuracy before RL (the SFT checkpoint, or the base model) and after: greedy, and
    sampled at temperature 1 with ``eval_samples`` answers per problem, each problem seeded on
    its own, repeated for ``eval_seeds`` seeds (mean and standard deviation over them).
@@ -181,7 +182,7 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         rl = RLStage.of(self, "rl_", learning_rate=lr, eval_every=10)
         run = await sft_then_rl(
             s, SFTStage.of(self, "sft_", steps=sft_steps), rl, evaluate, train_path=train_data, task=task,
-            evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True,
+            evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True, log_trajectories=True,
             rl_what=f" of {self.rl_batch_size} problems x {self.group_size} samples",
         )  # fmt: skip
         before, after = run.before or {}, run.after

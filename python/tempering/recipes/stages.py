@@ -249,12 +249,14 @@ async def rl_stage(
 @attrs.frozen
 class WarmStart(Generic[T]):
     """What :func:`sft_then_rl` leaves: the SFT result (``None`` when skipped), the RL result,
-    and the evaluation of the RL start (``None`` when none was made) and of its end."""
+    the evaluation of the RL start (``None`` when none was made) and of its end, and that of the
+    untrained base model before an SFT stage (``None`` unless asked, ``evaluate_untrained``)."""
 
     sft: TrainResult | None
     rl: TrainResult
     before: T | None
     after: T
+    base: T | None = None
 
     def checkpoints(self) -> dict[str, str | None]:
         """``sft_checkpoint`` (when SFT ran) and ``rl_checkpoint``: the final sampler weights."""
@@ -262,8 +264,10 @@ class WarmStart(Generic[T]):
         return sft | {"rl_checkpoint": self.rl.final.sampler_path}
 
     def evaluations(self) -> dict[str, T]:
-        """``{"sft": before, "rl": after}`` (no ``"sft"`` when there was no evaluation before RL)."""
-        return ({} if self.before is None else {"sft": self.before}) | {"rl": self.after}
+        """``{"base": base, "sft": before, "rl": after}`` (no ``"base"`` without an evaluation of
+        the untrained model, no ``"sft"`` when there was no evaluation before RL)."""
+        base = {} if self.base is None else {"base": self.base}
+        return base | ({} if self.before is None else {"sft": self.before}) | {"rl": self.after}
 
 
 async def sft_then_rl(
@@ -278,6 +282,7 @@ async def sft_then_rl(
     test_path: str | Path | None = None,
     init_state: str | None = None,
     evaluate_base: bool = False,
+    evaluate_untrained: bool = False,
     rl_what: str = "",
     **rl_options: Any,
 ) -> WarmStart[T]:
@@ -286,7 +291,9 @@ async def sft_then_rl(
     ``lora_rank``, ``seed``, ``renderer_name``) on ``train_path`` (a path, or a callable that
     writes the data and returns it), unless ``sft`` is ``None``, has no steps, or ``init_state``
     is given (RL starts from it); then ``evaluate("sft", sampler)`` of the SFT weights (of the
-    base model with ``evaluate_base`` when there was no SFT stage and no ``init_state``),
+    base model with ``evaluate_base`` when there was no SFT stage and no ``init_state``; with
+    ``evaluate_untrained``, ``evaluate("base", sampler)`` of the base model first, before an SFT
+    stage, so that a pretrained model's gain is measured from where it started),
     :func:`rl_stage` ``"rl"`` on ``task`` (or ``await make_task(sft_result)``) seeded with the
     config's ``seed``, and ``evaluate("rl", sampler)`` of its final weights.
 
@@ -300,8 +307,12 @@ async def sft_then_rl(
     from tempering.recipes._common import fresh_model
 
     config = session.config
-    first = before = None
+    first = before = base = None
     if sft is not None and sft.steps > 0 and init_state is None:
+        if evaluate_untrained:
+            base = await evaluate(
+                "base", await session.service.create_sampling_client(base_model=config.base_model)
+            )
         path = train_path() if callable(train_path) else train_path
         assert path is not None, "an SFT stage needs train_path"
         session.say(f"SFT, {sft.steps} steps of {sft.batch_size} -> {session.run_dir / 'sft'}")
@@ -324,7 +335,7 @@ async def sft_then_rl(
     session.say(f"RL, {rl.steps} steps{rl_what} -> {session.run_dir / 'rl'}")
     second = await rl_stage(session, "rl", rl, dataset=dataset, model=model, seed=config.seed, **rl_options)
     after = await evaluate("rl", await session.sampler(second.final.sampler_path))
-    return WarmStart(first, second, before, after)
+    return WarmStart(first, second, before, after, base)
 
 
 def metric(lines: Sequence[Mapping[str, object]], key: str) -> float:

@@ -15,11 +15,13 @@ random player, from a short supervised warm start.
    reward: +1 win, 0 draw, -1 loss, ``illegal_reward`` for an illegal move (which loses), 0 for
    the opponent of an illegal mover. Run directory ``<out>/rl``.
 4. Evaluation of the SFT and the RL weights alike against a uniformly random player,
-   ``eval_games`` games as X and as O, sampled at temperature 1 with fixed seeds: win, draw,
-   loss and illegal-move rates per side (:func:`~tempering.rl.evaluate.evaluate_against_random`).
-   The difference is RL's own contribution; ``summary.json``'s ``ci95`` holds each rate's 95%
-   Wilson interval. For scale, random against random: X wins about
-   58.5%, O about 28.8%, draws 12.7%.
+   ``eval_games`` games as X and as O per evaluation seed (``eval_seeds``, their games pooled),
+   sampled at temperature 1 with fixed seeds: win, draw, loss and illegal-move rates per side
+   (:func:`~tempering.rl.evaluate.evaluate_against_random_seeds`). The difference is RL's own
+   contribution; ``summary.json``'s ``ci95`` holds each rate's 95% Wilson interval, its
+   ``spread`` the per-seed values. A pretrained base model (anything but the tiny one) is
+   evaluated the same way before SFT too (``base_*``). For scale, random against random: X wins
+   about 58.5%, O about 28.8%, draws 12.7%.
 
 Shapes: ``P`` groups per RL step (``rl_batch_size``), ``G = 2 * games_per_group`` players per group.
 
@@ -39,9 +41,17 @@ import attrs
 from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.evals.accuracy import wilson_interval
-from tempering.recipes._common import RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
+from tempering.evals.stats import Spread
+from tempering.recipes._common import (
+    RecipeConfig,
+    RecipeResult,
+    RLFlags,
+    SFTFlags,
+    recipe_flags,
+    trains_tiny_from_scratch,
+)
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
-from tempering.rl.evaluate import evaluate_against_random
+from tempering.rl.evaluate import evaluate_against_random_seeds
 from tempering.rl.policy import TinkerTokenCompleter
 from tempering_protocols import SamplingClient
 
@@ -73,21 +83,32 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
     max_tokens: int = 4
     """Tokens per reply."""
     eval_games: int = 200
-    """Games against the random player per side (X and O), before and after RL."""
+    """Games against the random player per side (X and O) and evaluation seed, before and after RL."""
+    eval_seeds: int = 1
+    """Evaluation seeds: each evaluation plays ``eval_games`` per side once per seed; the rates
+    pool every seed's games, ``spread`` in ``summary.json`` holds each rate's per-seed values."""
 
     NAME: ClassVar[str] = "tic-tac-toe"
-    POSITIVE: ClassVar[str] = "sft_games sft_steps games_per_group max_tokens eval_games"
+    POSITIVE: ClassVar[str] = "sft_games sft_steps games_per_group max_tokens eval_games eval_seeds"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         renderer = self.renderer()
+        seeds = [self.seed + 7919 + k for k in range(self.eval_seeds)]
+        spreads: dict[str, Spread] = {}
 
         async def evaluate(stage: str, sampler: SamplingClient) -> dict[Side, TicTacToeStats]:
             policy = TinkerTokenCompleter(sampler, self.max_tokens, 1.0)
-            stats = await evaluate_against_random(
-                policy, renderer, games_per_side=self.eval_games, seed=self.seed + 7919,
+            stats, per_seed = await evaluate_against_random_seeds(
+                policy, renderer, games_per_side=self.eval_games, seeds=seeds,
                 illegal_reward=self.illegal_reward,
             )  # fmt: skip
-            s.say(f"after {stage.upper()}, against a random player: {_describe(stats)}")
+            for side in MARKS:
+                for k in ("win", "draw", "loss", "illegal"):
+                    spreads[f"{stage}_{side}_{k}"] = Spread(
+                        tuple(seeds), tuple(getattr(x[side], k) for x in per_seed)
+                    )
+            when = "untrained" if stage == "base" else f"after {stage.upper()}"
+            s.say(f"{when}, against a random player: {_describe(stats)}")
             return stats
 
         # 1. data: positions of random legal games
@@ -104,6 +125,7 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
             train_path=train_path,
             task=task,
             max_tokens=self.max_tokens,
+            evaluate_untrained=not trains_tiny_from_scratch(self.base_model),
         )
 
         # 4. outputs
@@ -118,6 +140,8 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
         extra = {
             **{k: {side: attrs.asdict(v[side]) for side in MARKS} for k, v in run.evaluations().items()},
             "eval_games_per_side": self.eval_games,
+            "eval_seeds": seeds,
+            "spread": {k: v.to_json() for k, v in spreads.items()},
             "sft_positions": len(train_path.read_text(encoding="utf-8").splitlines()),
             **run.checkpoints(),
         }
