@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ from tempering.rl.train import RLConfig, train
 from tempering.training import AdamConfig, LRSchedule, RunConfig
 from tempering.training.checkpoints import sampler_weights
 
-MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+MODEL = os.environ.get("BENCH_MODEL", "HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
 def _spread(values: list[float]) -> dict[str, object]:
@@ -83,7 +84,7 @@ async def main_async(args: argparse.Namespace) -> None:
             sources=sources, weights={"demo": 1.0, "chat": 1.0}, groups_per_batch=args.groups,
             num_batches=args.steps,
         ),
-        model=ModelConfig(base_model=MODEL, lora_rank=32, seed=1),
+        model=ModelConfig(base_model=MODEL, lora_rank=32 if MODEL != "tempering/tiny" else 0, seed=1),
         adam=AdamConfig(learning_rate=args.lr, schedule=LRSchedule("constant")),
         num_steps=args.steps,
         max_tokens=args.max_tokens,
