@@ -37,7 +37,7 @@ from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.reply import ReplyEvaluator, held_out_replies
 from tempering.preference import ComparisonData
 from tempering.preference.evaluation import chosen_answers, dpo_pair_figures, pair_logprobs
-from tempering_protocols import Message, SamplingClient
+from tempering_protocols import LabeledComparison, Message, SamplingClient
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -54,6 +54,11 @@ def _spread(values: Sequence[float]) -> dict[str, object]:
 def _splits(n: int, k: int) -> list[range]:
     size = -(-n // k)
     return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _rejected(pair: LabeledComparison) -> str:
+    c = pair.comparison
+    return (c.completion_B if pair.label == "A" else c.completion_A)[-1]["content"]
 
 
 async def _client(service: ServiceClient, path: str, base_model: str) -> SamplingClient:
@@ -126,6 +131,21 @@ async def main_async(args: argparse.Namespace) -> None:
                     k: round(v, 4) for k, v in whole.items() if k.endswith("_after") or k.startswith("reward")
                 },
             }
+            # The shipped pairs are of two kinds: the rejected reply rambles (longer than 20
+            # characters) or is a wrong short answer; the implicit reward per kind.
+            kept = [p for p in pairs if p.label != "Tie"]
+            rambling = [len(_rejected(p)) > 20 for p in kept]
+            for kind, want in (("rambling", True), ("incorrect", False)):
+                idx = [i for i, r in enumerate(rambling) if r == want]
+                if idx:
+                    fig, _ = dpo_pair_figures(
+                        (reference_pairs[0][idx], reference_pairs[1][idx]),
+                        (logprobs[0][idx], logprobs[1][idx]),
+                        beta=args.beta,
+                    )
+                    line[f"{kind}_pairs"] = len(idx)
+                    for key in ("preference_accuracy_after", "reward_accuracy", "reward_margin"):
+                        line[f"{kind}_{key}"] = round(fig[key], 4)
             for key in (
                 "preference_accuracy_after",
                 "logprob_margin_after",
