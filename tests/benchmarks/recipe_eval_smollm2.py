@@ -172,6 +172,14 @@ async def main_async(args: argparse.Namespace) -> None:
                 if args.greedy and k == 0:
                     greedy = ev.records[-1].greedy_accuracy
             line |= {"n_test": len(test_problems), "sampled_t1": _spread(sampled), "greedy": round(greedy, 4)}
+            line["t1_samples"] = [
+                {
+                    "question": problem.question,
+                    "answers": [a.text for a in answers],
+                    "reference": problem.answer,
+                }
+                for problem, answers in ev.records[-1].problems[:3]
+            ]
         print(json.dumps(line), flush=True)
 
 
