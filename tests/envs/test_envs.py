@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import attrs
 import pytest
@@ -24,7 +26,7 @@ from tempering.envs import (
     lowercase_fraction,
     tournament_scores,
 )
-from tempering.envs.tasks import ArithmeticTask, LowercaseTask
+from tempering.envs.tasks import ArithmeticTask, ChatProblems, LowercaseTask
 from tempering.renderers import BaseRenderer
 from tempering.rl.data import trajectories_to_datums
 from tempering_protocols import MASK_TURN, Env, EnvGroupBuilder, Message, Observation, StopCondition
@@ -265,3 +267,34 @@ def test_observations_are_model_inputs(renderer: BaseRenderer) -> None:
     ob, stop = asyncio.run(env.initial_observation())
     assert isinstance(ob, tinker.ModelInput)
     assert stop == renderer.get_stop_sequences()
+
+
+def test_chat_problems_task(tmp_path: Path) -> None:
+    """ChatProblems: a chat file's first user turns and replies as an RL task; its reward is
+    reward_coef x exact match (0: none, for pure distillation); conversations that do not start
+    with a user turn answered by the assistant are left out; a file with none is refused."""
+    chats = tmp_path / "chats.jsonl"
+    rows = [
+        [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "5"}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+         {"role": "assistant", "content": "Hi"}],
+        [{"role": "user", "content": "Reverse the word \"ab\"."}, {"role": "assistant", "content": "ba"}],
+    ]  # fmt: skip
+    chats.write_text("".join(json.dumps({"messages": r}) + "\n" for r in rows))
+    train, test = asyncio.run(ChatProblems(train_path=str(chats), test_path=str(chats), group_size=2)())
+    assert [p.question for p in train.problems] == ["What is 2 + 3?", 'Reverse the word "ab".']
+    assert [p.answer for p in train.problems] == ["5", "ba"]
+    assert train.grader(" 5", "5") == 1.0
+    assert train.grader("6", "5") == 0.0
+    assert test is not None
+    assert len(test.problems) == 2
+    silent, none = asyncio.run(ChatProblems(train_path=str(chats), reward_coef=0.0)())
+    assert silent.grader("5", "5") == 0.0
+    assert none is None
+    check_rl_dataset_builder(ChatProblems(train_path=str(chats), group_size=2))
+    only_system = tmp_path / "system.jsonl"
+    only_system.write_text(json.dumps({"messages": rows[1]}) + "\n")
+    with pytest.raises(ValueError, match=r"ChatProblems.train_path .*system.jsonl: no conversation"):
+        asyncio.run(ChatProblems(train_path=str(only_system))())
+    with pytest.raises(ValueError, match="reward_coef must be >= 0"):
+        ChatProblems(train_path=str(chats), reward_coef=-1.0)

@@ -200,3 +200,24 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--n-test 12"):
         asyncio.run(refused())
     assert not (tmp_path / "x").exists()
+
+
+def test_self_run_teacher_follows_the_model_preset() -> None:
+    """Without --log-dir the teacher repeats the demo's stages; the settings that are not flags
+    (SFT batch size, learning rate, weight decay) are those of the base model's demo preset, so
+    the real model's teacher is not trained at the tiny model's 2e-3 and batch 64."""
+    from tempering.recipes.demo import PRESETS
+    from tempering.recipes.trajectory_sft import teacher_demo
+
+    real = PRESETS["smollm2"]
+    for name in ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m-instruct"):
+        demo = teacher_demo(name)
+        assert (demo.sft_batch_size, demo.sft_learning_rate, demo.sft_weight_decay) == (
+            real.sft_batch_size, real.sft_learning_rate, real.sft_weight_decay,
+        )  # fmt: skip
+    tiny = teacher_demo("tempering/tiny")
+    assert (tiny.sft_batch_size, tiny.sft_learning_rate) == (
+        PRESETS["tiny"].sft_batch_size,
+        PRESETS["tiny"].sft_learning_rate,
+    )
+    assert teacher_demo("acme/Other-1B").sft_batch_size == PRESETS["tiny"].sft_batch_size

@@ -44,15 +44,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import attrs
 
 from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
+from tempering.model_info import packaged_model
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
-from tempering.recipes.demo import DemoConfig
+from tempering.recipes.demo import PRESETS, DemoConfig, DemoModel
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
 from tempering.rl.logged_runs import check_dataset_split
 from tempering.rl.trajectories import episodes_table, read_trajectories
@@ -66,13 +67,31 @@ from tempering.sft import train_supervised
 from tempering.training import RunDir
 from tempering_protocols import SamplingClient
 
-__all__ = ["Mode", "TrajectorySFTRecipe"]
+__all__ = ["Mode", "TrajectorySFTRecipe", "teacher_demo"]
 
 Mode = Literal["rejection", "history"]
 
 _DEMO = DemoConfig(model="tiny").resolved()
 _SIZES = _DEMO.sizes()
-"""The demo's defaults: the self-run teacher is trained like ``tempering demo``."""
+"""The tiny demo's sizes: the flags' defaults."""
+
+
+def teacher_demo(base_model: str) -> DemoConfig:
+    """The demo whose stages the self-run teacher repeats (the settings that are not flags:
+    SFT batch size, learning rate and weight decay, advantage normalisation): the demo preset of
+    ``base_model`` (``tempering.recipes.demo.PRESETS``, e.g. the real model's for SmolLM2 under
+    either of its names), else the tiny model's.
+
+    Example::
+
+        teacher_demo("smollm2-135m-instruct").sft_batch_size   # 32, the smollm2 preset's
+    """
+    packaged = packaged_model(base_model)
+    names = {base_model} | ({packaged.name, packaged.hub_name} if packaged is not None else set())
+    for name, sizes in PRESETS.items():
+        if sizes.base_model in names:
+            return DemoConfig(model=cast(DemoModel, name)).resolved()
+    return _DEMO
 
 
 @attrs.frozen(kw_only=True)
@@ -156,7 +175,8 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         train_path = write_chat_jsonl(train_problems, s.run_dir / "data" / "train.jsonl")
         s.say(f"teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}")
         # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
-        stage = SFTStage.of(_DEMO, "sft_", steps=config.teacher_sft_steps, eval_every=10)
+        demo = teacher_demo(config.base_model)
+        stage = SFTStage.of(demo, "sft_", steps=config.teacher_sft_steps, eval_every=10)
         sft = await sft_stage(
             s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
@@ -169,12 +189,12 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
             base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
         )
         rl = RLStage.of(
-            _DEMO, "rl_", steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate
+            demo, "rl_", steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate
         )
         s.say(f"teacher RL, {config.teacher_rl_steps} steps, logged")
         await rl_stage(
             s, "teacher-rl", rl, dataset=task, model=model, max_tokens=8,
-            normalize_advantages=_DEMO.normalize_advantages, log_trajectories=True,
+            normalize_advantages=demo.normalize_advantages, log_trajectories=True,
         )  # fmt: skip
         log_dir = s.run_dir / "teacher-rl"
     else:
