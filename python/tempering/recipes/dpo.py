@@ -39,7 +39,7 @@ Example::
 
     tempering recipe dpo --out runs/dpo                       # defaults: docs/recipes/dpo.md
     tempering recipe dpo --init-state <save_state path> --dpo-steps 40
-    result = asyncio.run(DPORecipe(out="/tmp/dpo", sft_steps=60, dpo_steps=10)())
+    result = asyncio.run(DPORecipe(out="/tmp/dpo", sft=chat_stage(60, eval_every=20), dpo_steps=10)())
     result.figures["reward_accuracy"]
 """
 
@@ -58,10 +58,11 @@ from tempering.preference.evaluation import PairLogprobs, chosen_answers, dpo_pa
 from tempering.recipes._common import (
     RecipeConfig,
     RecipeResult,
+    positive,
     recipe_learning_rate,
 )
-from tempering.recipes.chat_sft import train_chat_sft
-from tempering.recipes.stages import RecipeSession, SFTStage, metric
+from tempering.recipes.chat_sft import chat_stage, train_chat_sft
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, stage_field
 from tempering.training import RunDir
 from tempering_protocols import LabeledComparison, Renderer
 
@@ -79,26 +80,25 @@ class PreferenceRecipe(RecipeConfig):
     """Conversations of the SFT stage (``tempering-assets:<name>`` names a shipped file)."""
     sft_test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out conversations of the SFT stage: NLL and exact-match replies."""
-    sft_steps: int = 300
-    """SFT steps before the preference stage (skipped with ``init_state``)."""
-    sft_batch_size: int = 16
-    """Conversations per SFT step."""
-    sft_learning_rate: float | None = None
-    """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
-    sft_eval_every: int = 100
-    """Evaluate SFT every this many steps (0: only before and after)."""
+    sft: SFTStage = stage_field(chat_stage(300))
+    """The SFT stage before the preference stage (skipped with ``init_state``): ``--sft.steps``
+    or ``--sft-steps``, ...; learning rate default 2e-3 for the tiny model (full fine-tuning),
+    2e-4 otherwise (LoRA)."""
     pairs_path: str = ASSET_PREFIX + "arithmetic_preferences.jsonl"
     """Labeled comparisons (``tempering-assets:<name>`` names a shipped file)."""
-    test_pairs: int = 60
+    test_pairs: int = positive(60)
     """Pairs held out of ``pairs_path`` for the evaluation."""
-    max_tokens: int = 16
+    max_tokens: int = positive(16)
     """Longest reply sampled in the evaluations."""
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
     def validate(self) -> None:
-        sft = "" if self.init_state is not None else " sft_steps sft_batch_size"
-        self.check_positive("test_pairs max_tokens" + sft)
+        if self.init_state is None and self.sft.steps < 1:
+            raise ValueError(
+                f"{type(self).__name__}.sft.steps (--sft.steps) must be > 0 without --init-state, "
+                f"got {self.sft.steps}"
+            )
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         extra: dict[str, Any] = {}
@@ -117,8 +117,7 @@ class PreferenceRecipe(RecipeConfig):
         ``extra`` (prefixed ``sft_``) and whose run directory into ``stages``."""
         if self.init_state is not None:
             return self.init_state
-        lr = recipe_learning_rate(self.base_model, self.sft_learning_rate)
-        stage = SFTStage.of(self, "sft_", learning_rate=lr)
+        stage = self.sft.at(recipe_learning_rate(self.base_model, self.sft.learning_rate))
         sft = await train_chat_sft(session, stage, train_path=self.sft_path, test_path=self.sft_test_path)
         extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
         stages["sft"] = str(session.run_dir / "sft")
@@ -168,19 +167,18 @@ class DPORecipe(PreferenceRecipe):
         result.figures["preference_accuracy_after"]
     """
 
-    dpo_steps: int = 60
+    dpo_steps: int = positive(60)
     """DPO steps (the pairs are repeated as needed: 30 batches an epoch at the defaults)."""
-    dpo_batch_size: int = 8
+    dpo_batch_size: int = positive(8)
     """Pairs per DPO step."""
     dpo_learning_rate: float | None = None
     """Default 1e-3 for the tiny model (full fine-tuning), 1e-5 otherwise (LoRA)."""
-    beta: float = 0.1
+    beta: float = positive(0.1)
     """DPO's β: the implicit reward is ``β log(π / π_ref)``."""
     eval_every: int = 20
     """Evaluate DPO every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "dpo"
-    POSITIVE: ClassVar[str] = "dpo_steps dpo_batch_size beta"
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]

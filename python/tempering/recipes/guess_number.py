@@ -50,8 +50,8 @@ from tempering.envs.guess_number import (
     GuessNumberTask,
 )
 from tempering.evals.accuracy import wilson_interval
-from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, positive, recipe_flags
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering.rl.evaluate import evaluate_guess_number
 from tempering_protocols import SamplingClient, TrainOnWhat
 
@@ -65,15 +65,8 @@ def _describe(stats: GuessNumberStats) -> str:
     )
 
 
-@recipe_flags(
-    sft_steps=300,
-    sft_batch_size=32,
-    rl_steps=30,
-    group_size=16,
-    max_tokens=6,
-    eval_samples=16,
-)
-class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+@recipe_flags(group_size=16, max_tokens=6, eval_samples=16)
+class GuessNumberRecipe(RecipeConfig, GroupFlags):
     """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it. ``P``: secrets
     per RL step (``rl_batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
     games per evaluation secret.
@@ -82,6 +75,14 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     budget.
     """
 
+    sft: SFTStage = stage_field(
+        SFTStage(300, 32, 1e-3, max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES),
+        required=True,
+    )
+    """The SFT warm start on the transcripts (``--sft.steps`` or ``--sft-steps``, ...)."""
+    rl: RLStage = stage_field(RLStage(30, 1e-4, eval_every=10, batch_size=8))
+    """The RL stage (``--rl.steps`` or ``--rl-steps``, ...; ``--rl.eval-every``: evaluate the
+    policy every this many steps, 0: only before and after)."""
     low: int = 0
     """The lowest secret."""
     high: int = 9
@@ -97,13 +98,10 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     on and evaluated on, with held-out sampling seeds."""
     invalid_reward: float = -1.0
     """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
-    sft_games: int = 4000
+    sft_games: int = positive(4000)
     """Scripted games written for the SFT stage."""
-    rl_eval_every: int = 10
-    """Evaluate the RL policy every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "guess-number"
-    POSITIVE: ClassVar[str] = "sft_games sft_steps"
 
     def validate(self) -> None:
         if self.teacher not in TEACHERS:
@@ -114,9 +112,14 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
 
     def task(self) -> GuessNumberTask:
         """The RL task of this config."""
-        return from_flags(
-            GuessNumberTask, self, "rl_", "", rules=from_flags(GuessNumberRules, self),
-            test_group_size=self.group_size, n_batches=self.rl_steps,
+        rules = GuessNumberRules(
+            low=self.low, high=self.high, max_turns=self.max_turns, turn_cost=self.turn_cost,
+            invalid_reward=self.invalid_reward,
+        )  # fmt: skip
+        return GuessNumberTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, rules=rules,
+            n_test_secrets=self.n_test_secrets, seed=self.seed, batch_size=self.rl.batch_size,
+            group_size=self.group_size, test_group_size=self.group_size, n_batches=self.rl.steps,
         )  # fmt: skip
 
     async def run(self, s: RecipeSession) -> RecipeResult:
@@ -148,9 +151,8 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         test_path = transcripts("test.jsonl", eval_secrets, 64, self.seed + 1)
 
         # 2. SFT warm start, 3. RL from the SFT checkpoint, each evaluated
-        sft = SFTStage.of(self, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
         run = await sft_then_rl(
-            s, sft, RLStage.of(self, "rl_"), evaluate, train_path=train_path, test_path=test_path, task=task,
+            s, self.sft, self.rl, evaluate, train_path=train_path, test_path=test_path, task=task,
             max_tokens=self.max_tokens,
         )  # fmt: skip
         evaluated = run.evaluations()

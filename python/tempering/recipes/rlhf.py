@@ -58,6 +58,8 @@ from tempering.preference.rlhf import RewardModelPrompts
 from tempering.recipes._common import (
     RecipeResult,
     fresh_model,
+    non_negative,
+    positive,
     recipe_learning_rate,
 )
 from tempering.recipes.dpo import PreferenceRecipe
@@ -81,9 +83,9 @@ class RLHFRecipe(PreferenceRecipe):
         result.figures["rm_accuracy_after"], result.figures["rm_reward_after"]
     """
 
-    rm_steps: int = 60
+    rm_steps: int = positive(60)
     """Reward-model steps (each pair is shown in both orders)."""
-    rm_batch_size: int = 8
+    rm_batch_size: int = positive(8)
     """Pairs per reward-model step."""
     rm_learning_rate: float | None = None
     """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
@@ -91,24 +93,22 @@ class RLHFRecipe(PreferenceRecipe):
     """Evaluate the reward model every this many steps (0: only before and after)."""
     rm_from_sft: bool = True
     """Start the reward model from the SFT weights (else from the base model)."""
-    rl_steps: int = 20
+    rl_steps: int = positive(20)
     """RL steps against the reward model."""
-    rl_prompts: int = 8
+    rl_prompts: int = positive(8)
     """Prompts per RL step (``P``)."""
     group_size: int = 4
     """Replies per prompt (``G``), compared pairwise by the reward model."""
     rl_learning_rate: float | None = None
     """Default 2e-4 for the tiny model (full fine-tuning), 4e-5 otherwise (LoRA)."""
-    kl_coef: float = 0.0
+    kl_coef: float = non_negative(0.0)
     """KL penalty towards the SFT policy (0: off)."""
-    eval_samples: int = 2
+    eval_samples: int = positive(2)
     """Replies sampled per held-out prompt for the reward-model evaluation."""
     eval_every: int = 10
     """Evaluate the RL policy every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "rlhf"
-    POSITIVE: ClassVar[str] = "rm_steps rm_batch_size rl_steps rl_prompts eval_samples"
-    NON_NEGATIVE: ClassVar[str] = "kl_coef"
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -156,7 +156,9 @@ class RLHFRecipe(PreferenceRecipe):
         sft_policy = TinkerTokenCompleter(await s.sampler(sft_path), self.max_tokens, 1.0)
         sft_eval = await evaluate_dataset(test_ds, sft_policy, seed=self.seed)
         lr = recipe_learning_rate(self.base_model, self.rl_learning_rate, "rl", tiny=2e-4)
-        rl_stage_config = RLStage.of(self, "rl_", learning_rate=lr, eval_every=self.eval_every, beta2=0.95)
+        rl_stage_config = RLStage(
+            self.rl_steps, lr, eval_every=self.eval_every, beta2=0.95, batch_size=self.rl_prompts
+        )
         s.say(
             f"RL, {self.rl_steps} steps of {self.rl_prompts} prompts x {self.group_size} replies "
             f"-> {s.run_dir / 'rl'}"

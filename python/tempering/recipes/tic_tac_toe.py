@@ -39,8 +39,8 @@ import attrs
 from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.evals.accuracy import wilson_interval
-from tempering.recipes._common import RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
+from tempering.recipes._common import RecipeConfig, RecipeResult, positive
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering.rl.evaluate import evaluate_against_random
 from tempering.rl.policy import TinkerTokenCompleter
 from tempering_protocols import SamplingClient
@@ -55,8 +55,8 @@ def _describe(stats: dict[Side, TicTacToeStats]) -> str:
     )
 
 
-@recipe_flags(sft_steps=600, sft_batch_size=32, rl_steps=30, rl_batch_size=8)
-class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
+@attrs.frozen(kw_only=True)
+class TicTacToeRecipe(RecipeConfig):
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
     ``rl_batch_size``: self-play groups per RL step (``P``).
 
@@ -64,19 +64,22 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
     budget.
     """
 
-    sft_games: int = 2000
+    sft: SFTStage = stage_field(SFTStage(600, 32, 1e-3, max_warmup_steps=20), required=True)
+    """The SFT warm start on random games' positions (``--sft.steps`` or ``--sft-steps``, ...)."""
+    rl: RLStage = stage_field(RLStage(30, 1e-4, batch_size=8))
+    """The self-play RL stage (``--rl.steps`` or ``--rl-steps``, ...)."""
+    sft_games: int = positive(2000)
     """Random legal games whose positions are the SFT data (about 7.6 positions a game)."""
-    games_per_group: int = 4
+    games_per_group: int = positive(4)
     """Games per group; both players of each are members (``G = 2 * games_per_group``)."""
     illegal_reward: float = -1.0
     """Reward of a player who moves illegally (which loses the game)."""
-    max_tokens: int = 4
+    max_tokens: int = positive(4)
     """Tokens per reply."""
-    eval_games: int = 200
+    eval_games: int = positive(200)
     """Games against the random player per side (X and O), before and after RL."""
 
     NAME: ClassVar[str] = "tic-tac-toe"
-    POSITIVE: ClassVar[str] = "sft_games sft_steps games_per_group max_tokens eval_games"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         renderer = self.renderer()
@@ -94,12 +97,14 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
         train_path = write_random_games(s.run_dir / "data" / "train.jsonl", self.sft_games, self.seed)
 
         # 2. SFT warm start, 3. self-play RL from the SFT checkpoint, each evaluated
-        task = from_flags(SelfPlayTask, self, "rl_", "", n_batches=self.rl_steps)
-        sft = SFTStage.of(self, "sft_", max_warmup_steps=20)
+        task = SelfPlayTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
+            games_per_group=self.games_per_group, illegal_reward=self.illegal_reward, n_batches=self.rl.steps,
+        )  # fmt: skip
         run = await sft_then_rl(
             s,
-            sft,
-            RLStage.of(self, "rl_"),
+            self.sft,
+            self.rl,
             evaluate,
             train_path=train_path,
             task=task,

@@ -156,7 +156,10 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         train_path = write_chat_jsonl(train_problems, s.run_dir / "data" / "train.jsonl")
         s.say(f"teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}")
         # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
-        stage = SFTStage.of(_DEMO, "sft_", steps=config.teacher_sft_steps, eval_every=10)
+        stage = SFTStage(
+            config.teacher_sft_steps, _SIZES.sft_batch_size, _SIZES.sft_learning_rate,
+            weight_decay=_SIZES.sft_weight_decay, eval_every=10,
+        )  # fmt: skip
         sft = await sft_stage(
             s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
@@ -168,9 +171,11 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         model = ModelConfig(
             base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
         )
-        rl = RLStage.of(
-            _DEMO, "rl_", steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate
-        )
+        rl = RLStage(
+            config.teacher_rl_steps, config.teacher_learning_rate, lr_schedule=_DEMO.rl_lr_schedule,
+            eval_every=_SIZES.rl_eval_every, loss_fn=_DEMO.rl_loss_fn, num_substeps=_DEMO.rl_num_substeps,
+            batch_size=config.teacher_rl_batch_size,
+        )  # fmt: skip
         s.say(f"teacher RL, {config.teacher_rl_steps} steps, logged")
         await rl_stage(
             s, "teacher-rl", rl, dataset=task, model=model, max_tokens=8,
@@ -221,7 +226,7 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         f"student SFT on {len(examples)} examples ({config.mode}), {config.steps} steps "
         f"-> {s.run_dir / 'student'}"
     )
-    stage = SFTStage.of(config, "")
+    stage = SFTStage(config.steps, config.batch_size, config.learning_rate, weight_decay=config.weight_decay)
     student = await train_supervised(
         config,
         run=s.run_config("student"),
