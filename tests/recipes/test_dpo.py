@@ -18,6 +18,7 @@ import pytest
 from tempering import assets
 from tempering.preference import ComparisonData
 from tempering.preference.evaluation import chosen_answers
+from tempering.recipes.chat_sft import chat_stage
 from tempering.recipes.dpo import DPORecipe
 
 _TINY = [
@@ -96,7 +97,7 @@ def test_bad_config_names_the_flag() -> None:
         DPORecipe(beta=0.0)
     with pytest.raises(ValueError, match=r"DPORecipe\.dpo_steps \(--dpo-steps\) must be > 0"):
         DPORecipe(dpo_steps=0)
-    DPORecipe(sft_steps=0, init_state="tempering://some/weights/final")  # no SFT stage: allowed
+    DPORecipe(sft=chat_stage(0), init_state="tempering://some/weights/final")  # no SFT stage: allowed
 
 
 def test_pairs_split_and_refusals_name_the_flag() -> None:
