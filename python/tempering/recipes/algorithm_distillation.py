@@ -60,12 +60,7 @@ from tempering.ad import (
 )
 from tempering.ad.evaluate import Curve
 from tempering.ad.language import evaluate_language_in_context
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    fresh_model,
-    positive,
-)
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
 

@@ -40,13 +40,7 @@ import attrs
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, format_replies, held_out_replies, replies_json
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    fresh_model,
-    positive,
-    recipe_learning_rate,
-)
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive, recipe_learning_rate
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage, stage_field
 from tempering.renderers import get_renderer
 from tempering.training import TrainResult

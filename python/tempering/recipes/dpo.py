@@ -55,12 +55,7 @@ from tempering.backend import ModelConfig
 from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
 from tempering.preference import ComparisonData, DPOConfig
 from tempering.preference.evaluation import PairLogprobs, chosen_answers, dpo_pair_figures, pair_logprobs
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    positive,
-    recipe_learning_rate,
-)
+from tempering.recipes._common import RecipeConfig, RecipeResult, positive, recipe_learning_rate
 from tempering.recipes.chat_sft import chat_stage, train_chat_sft
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, stage_field
 from tempering.training import RunDir

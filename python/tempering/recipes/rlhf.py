@@ -55,13 +55,7 @@ import attrs
 from tempering.evals.reply import format_replies, replies_json
 from tempering.preference import RewardModelConfig
 from tempering.preference.rlhf import RewardModelPrompts
-from tempering.recipes._common import (
-    RecipeResult,
-    fresh_model,
-    non_negative,
-    positive,
-    recipe_learning_rate,
-)
+from tempering.recipes._common import RecipeResult, fresh_model, non_negative, positive, recipe_learning_rate
 from tempering.recipes.dpo import PreferenceRecipe
 from tempering.recipes.stages import RecipeSession, RLStage, metric, rl_stage
 from tempering.rl import TinkerTokenCompleter

@@ -40,13 +40,7 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, held_out_replies
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    fresh_model,
-    positive,
-    recipe_learning_rate,
-)
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive, recipe_learning_rate
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import TopKDistillConfig
