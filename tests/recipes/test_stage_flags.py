@@ -21,10 +21,14 @@ from tempering.recipes.stages import FLAT, RENAMED, RLStage, SFTStage
 # Every stage flag each recipe had before its stages were nested, with its default then.
 _FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
     "chat-sft": {"steps": 300, "batch-size": 16, "learning-rate": None, "eval-every": 100},
-    "dpo": {"sft-steps": 300, "sft-batch-size": 16, "sft-learning-rate": None, "sft-eval-every": 100},
+    "dpo": {
+        "sft-steps": 300, "sft-batch-size": 16, "sft-learning-rate": None, "sft-eval-every": 100,
+        "dpo-steps": 60, "dpo-batch-size": 8, "dpo-learning-rate": None, "eval-every": 20,
+    },
     "rlhf": {
         "sft-steps": 300, "sft-batch-size": 16, "sft-learning-rate": None, "sft-eval-every": 100,
-        "rl-steps": 20, "rl-prompts": 8, "rl-learning-rate": None,
+        "rl-steps": 20, "rl-prompts": 8, "rl-learning-rate": None, "eval-every": 10, "rm-steps": 60,
+        "rm-batch-size": 8, "rm-learning-rate": None, "rm-eval-every": 20, "rm-from-sft": True,
     },
     "guess-number": {
         "rl-steps": 30, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 300, "sft-batch-size": 32,
