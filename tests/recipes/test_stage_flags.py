@@ -46,6 +46,7 @@ _FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
         "rl-steps": 10, "rl-batch-size": 8, "rl-learning-rate": 1e-5, "sft-steps": 200, "sft-batch-size": 32,
         "sft-learning-rate": 1e-3, "rl-eval-every": 5,
     },
+    "trajectory-sft": {"steps": 600, "batch-size": 64, "learning-rate": 2e-3, "weight-decay": 0.1},
     "algorithm-distillation": {"sft-steps": 100, "sft-batch-size": 8, "sft-learning-rate": 2e-3},
     "tool-use": {
         "rl-steps": 8, "rl-batch-size": 4, "rl-learning-rate": 1e-4, "sft-steps": 150, "sft-batch-size": 16,

@@ -53,7 +53,7 @@ from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import DemoConfig
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage, stage_field
 from tempering.rl.logged_runs import check_dataset_split
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
@@ -103,14 +103,18 @@ class TrajectorySFTRecipe(RecipeConfig):
     """Held-out problems (the split must match the logged run's)."""
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy."""
-    steps: int = _SIZES.sft_steps
-    """Student SFT steps (default: the demo's SFT stage, as are the next three)."""
-    batch_size: int = _SIZES.sft_batch_size
-    """Examples per student SFT step."""
-    learning_rate: float = _SIZES.sft_learning_rate
-    """Peak learning rate of the student's SFT."""
-    weight_decay: float = _SIZES.sft_weight_decay
-    """AdamW weight decay of the student's SFT."""
+    sft: SFTStage = stage_field(
+        SFTStage(
+            _SIZES.sft_steps,
+            _SIZES.sft_batch_size,
+            _SIZES.sft_learning_rate,
+            weight_decay=_SIZES.sft_weight_decay,
+        ),
+        flat="",
+        required=True,
+    )
+    """The student's SFT (default: the demo's SFT stage; ``--sft.steps``, or ``--steps`` as
+    before, ``--batch-size``, ``--learning-rate``, ``--weight-decay``)."""
     teacher_sft_steps: int = _SIZES.sft_steps
     """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
     the demo (``tempering demo``'s defaults for these and every other setting)."""
@@ -219,22 +223,22 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
             f"{log_dir}: no episode passed the filters ({int(figures['episodes_logged'])} logged, "
             f"min reward {config.min_reward}); lower --min-reward or train the teacher longer"
         )
-    train_ds = supervised_dataset(examples, batch_size=config.batch_size, seed=config.seed)
+    stage = config.sft
+    train_ds = supervised_dataset(examples, batch_size=stage.batch_size, seed=config.seed)
 
     # 4. the student: a fresh model, SFT on the examples
     s.say(
-        f"student SFT on {len(examples)} examples ({config.mode}), {config.steps} steps "
+        f"student SFT on {len(examples)} examples ({config.mode}), {stage.steps} steps "
         f"-> {s.run_dir / 'student'}"
     )
-    stage = SFTStage(config.steps, config.batch_size, config.learning_rate, weight_decay=config.weight_decay)
     student = await train_supervised(
         config,
         run=s.run_config("student"),
         model=fresh_model(config),
         adam=stage.adam(),
         train=train_ds,
-        num_epochs=math.ceil(config.steps / len(train_ds)),
-        max_steps=config.steps,
+        num_epochs=math.ceil(stage.steps / len(train_ds)),
+        max_steps=stage.steps,
         service=s.service,
     )
     extra["student_checkpoint"] = student.final.sampler_path
