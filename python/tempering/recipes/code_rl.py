@@ -3,9 +3,9 @@ a sandbox.
 
 1. Problems: the shipped 40 one-function problems (``tempering-assets:code/problems.jsonl``),
    ``n_test`` held out by a seeded split.
-2. SFT warm start (``sft_steps > 0``; set 0 for a hosted instruct model): the training problems'
+2. SFT warm start (``sft.steps > 0``; set 0 for a hosted instruct model): the training problems'
    reference solutions as replies in a ```` ```python ```` block; run directory ``<out>/sft``.
-3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.code.CodeTask`: ``rl_batch_size``
+3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.code.CodeTask`: ``rl.batch_size``
    problems × ``group_size`` replies per step, each reply's program run against the problem's
    tests in a :class:`~tempering.tools.sandbox.LocalSandbox`, reward the pass fraction (or
    all-pass, ``--reward all``) minus 0.1 without a code block; run directory ``<out>/rl``.

@@ -12,7 +12,7 @@ A randomly initialised tiny model cannot play from nothing in minutes, so the pi
 2. SFT: :func:`tempering.sft.train_supervised` on every assistant turn of the transcripts
    (format, legal guesses, using the feedback); run directory ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` from the SFT checkpoint on
-   :class:`~tempering.envs.guess_number.GuessNumberTask`: ``rl_batch_size`` training secrets ×
+   :class:`~tempering.envs.guess_number.GuessNumberTask`: ``rl.batch_size`` training secrets ×
    ``group_size`` games per step, the ``G`` games of a group sharing the secret; reward
    ``1 - turn_cost * (turns - 1)`` for finding it, 0 when the turns run out,
    ``invalid_reward`` for an invalid reply; run directory ``<out>/rl``.
@@ -25,7 +25,7 @@ A randomly initialised tiny model cannot play from nothing in minutes, so the pi
    contribution. ``summary.json`` also records the scripted teacher and bisection on the same
    secrets, for scale.
 
-Shapes: ``P`` secrets per RL step (``rl_batch_size``), ``G`` games per secret (``group_size``).
+Shapes: ``P`` secrets per RL step (``rl.batch_size``), ``G`` games per secret (``group_size``).
 
 Example::
 
@@ -68,7 +68,7 @@ def _describe(stats: GuessNumberStats) -> str:
 @recipe_flags(group_size=16, max_tokens=6, eval_samples=16)
 class GuessNumberRecipe(RecipeConfig, GroupFlags):
     """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it. ``P``: secrets
-    per RL step (``rl_batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
+    per RL step (``rl.batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
     games per evaluation secret.
 
     The defaults are the measured run of docs/recipes/guess-number.md; the test runs a tiny

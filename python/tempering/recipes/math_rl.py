@@ -10,7 +10,7 @@ writing it in ``\\boxed{}`` (:mod:`tempering.envs.math`).
    weights, 0 otherwise): the training split's worked solutions, their final ``#### n`` written
    ``\\boxed{n}`` (:func:`~tempering.data.hub.boxed_solution`); run directory ``<out>/sft``.
 3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.math.MathTask`:
-   ``rl_batch_size`` problems × ``group_size`` samples per step, reward
+   ``rl.batch_size`` problems × ``group_size`` samples per step, reward
    ``correct_weight * correct + format_weight * (boxed - 1)``; run directory ``<out>/rl``.
 4. Held-out accuracy before RL (the SFT checkpoint, or the base model) and after: greedy, and
    sampled at temperature 1 with ``eval_samples`` answers per problem, each problem seeded on

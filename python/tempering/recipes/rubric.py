@@ -10,7 +10,7 @@ score, or none in ``judge_timeout_s``, gives no reward, masks the turn, and is c
    0; half the replies are right), run directory ``<out>/judge``. With ``--judge-sft-steps 0``
    the judge is ``--judge-model``'s base weights as they are (a large hosted model).
 2. The policy: SFT on the shipped chats (``<out>/sft``), then RL from there against the judge
-   (``<out>/rl``), ``rl_batch_size`` questions × ``group_size`` replies a step.
+   (``<out>/rl``), ``rl.batch_size`` questions × ``group_size`` replies a step.
 3. Evaluation of the SFT and RL policies on the held-out questions (``eval_samples`` replies
    each, temperature 1, seeded): the judge's mean reward, the true accuracy (the reply equals
    the reference), how often the judge agrees with the truth, and its unparsed verdicts.

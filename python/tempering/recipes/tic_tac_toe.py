@@ -9,7 +9,7 @@ random player, from a short supervised warm start.
    (docs/recipes/tic-tac-toe.md), which self-play then punishes.
 2. SFT: :func:`tempering.sft.train_supervised`; run directory ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` from the SFT checkpoint on self-play
-   (:class:`~tempering.envs.game_data.SelfPlayTask`): ``rl_batch_size`` groups of
+   (:class:`~tempering.envs.game_data.SelfPlayTask`): ``rl.batch_size`` groups of
    ``games_per_group`` games per step, both players of every game being the policy being
    trained (turn-taking coordinated inside the group, as in Nim); the outcome is the group
    reward: +1 win, 0 draw, -1 loss, ``illegal_reward`` for an illegal move (which loses), 0 for
@@ -21,7 +21,7 @@ random player, from a short supervised warm start.
    Wilson interval. For scale, random against random: X wins about
    58.5%, O about 28.8%, draws 12.7%.
 
-Shapes: ``P`` groups per RL step (``rl_batch_size``), ``G = 2 * games_per_group`` players per group.
+Shapes: ``P`` groups per RL step (``rl.batch_size``), ``G = 2 * games_per_group`` players per group.
 
 Example::
 
@@ -58,7 +58,7 @@ def _describe(stats: dict[Side, TicTacToeStats]) -> str:
 @attrs.frozen(kw_only=True)
 class TicTacToeRecipe(RecipeConfig):
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
-    ``rl_batch_size``: self-play groups per RL step (``P``).
+    ``rl.batch_size``: self-play groups per RL step (``P``).
 
     The defaults are the measured run of docs/recipes/tic-tac-toe.md; the test runs a tiny
     budget.

@@ -15,7 +15,7 @@ is right, else 0 (also when a budget runs out, :class:`~tempering.envs.tool_use.
    and the tools' real results (chat JSONL in ``<out>/data``).
 2. SFT (every assistant turn): the tool-call format, which tool for which question, copying the
    arguments and reading the results. Run directory ``<out>/sft``.
-3. RL (:func:`tempering.rl.train`) from the SFT checkpoint, ``rl_batch_size`` questions ×
+3. RL (:func:`tempering.rl.train`) from the SFT checkpoint, ``rl.batch_size`` questions ×
    ``group_size`` episodes a step. Run directory ``<out>/rl``.
 4. Evaluation of the SFT and the RL weights on ``eval_questions`` held-out questions per kind,
    ``eval_samples`` episodes each, temperature 1, seeded: accuracy per kind, tool calls and

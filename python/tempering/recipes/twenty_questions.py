@@ -12,7 +12,7 @@ secret and its category, answers (:mod:`tempering.envs.twenty_questions`). Winni
 2. SFT (every assistant turn) of one model on both roles; run directory ``<out>/sft``.
 3. RL of the asker from the SFT checkpoint; the answerer is the SFT checkpoint, frozen
    (``--answerer-model``: another model's base weights instead, e.g. a large hosted model).
-   ``rl_batch_size`` secrets × ``group_size`` games a step. Run directory ``<out>/rl``.
+   ``rl.batch_size`` secrets × ``group_size`` games a step. Run directory ``<out>/rl``.
 4. Evaluation of the SFT and RL askers against the same answerer: every secret,
    ``eval_samples`` games each, temperature 1, seeded: win rate, questions a game, and the
    answerer's unusable replies.
