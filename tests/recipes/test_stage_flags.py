@@ -111,8 +111,12 @@ def test_both_spellings_parse_to_one_config() -> None:
 def test_a_flag_given_both_ways_is_refused() -> None:
     from tempering.cli._checks import FlagError
 
-    with pytest.raises(FlagError, match=r"--sft\.steps is given twice"):
+    with pytest.raises(
+        FlagError, match=r"--sft-steps and --sft\.steps are both given; they set the same --sft\.steps"
+    ):
         _tyro_cli(GuessNumberRecipe, ["--sft-steps", "3", "--sft.steps", "4"], "t", "t")
+    with pytest.raises(FlagError, match=r"--sft-steps is given twice"):
+        _tyro_cli(GuessNumberRecipe, ["--sft-steps", "3", "--sft-steps=4"], "t", "t")
 
 
 def test_stages_validate_their_fields() -> None:

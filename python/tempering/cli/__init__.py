@@ -51,8 +51,8 @@ def _tyro_cli(cls: type[Any], argv: Sequence[str], prog: str, description: str) 
     from tempering.cli._help import plain_help
 
     plain_help()
-    argv = expand_aliases(cls, argv)  # a recipe's flat stage flags: --sft-steps is --sft.steps
     check_flags(argv)
+    argv = expand_aliases(cls, argv)  # a recipe's flat stage flags: --sft-steps is --sft.steps
     config = tyro.cli(
         cls,
         args=list(argv),

@@ -71,14 +71,23 @@ def flat_aliases(cls: type[Any]) -> dict[str, str]:
 
 def expand_aliases(cls: type[Any], argv: Sequence[str]) -> list[str]:
     """``argv`` with every flat stage flag of ``cls`` (``--sft-steps 3``, ``--sft-steps=3``)
-    written as its nested flag (``--sft.steps``); everything after ``--`` is left alone."""
+    written as its nested flag (``--sft.steps``); everything after ``--`` is left alone. One
+    setting given in both spellings (``--sft-steps 3 --sft.steps 4``) is refused with both names
+    (``FlagError``); one spelling given twice is left to ``check_flags``."""
+    from tempering.cli._checks import FlagError
+
     table = flat_aliases(cls)
     out: list[str] = []
+    spelled: dict[str, str] = {}
     for i, token in enumerate(argv):
         if token == "--":
             return [*out, *argv[i:]]
         name, eq, value = token.partition("=")
-        if name.startswith("--") and name[2:] in table:
-            token = f"--{table[name[2:]]}{eq}{value}"
+        if name.startswith("--"):
+            target = "--" + table.get(name[2:], name[2:])
+            first = spelled.setdefault(target, name)
+            if first != name:
+                raise FlagError(f"{first} and {name} are both given; they set the same {target}, give one")
+            token = f"{target}{eq}{value}"
         out.append(token)
     return out
