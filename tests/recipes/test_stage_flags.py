@@ -32,7 +32,8 @@ _FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "guess-number": {
         "rl-steps": 30, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 300, "sft-batch-size": 32,
-        "sft-learning-rate": 1e-3, "sft-games": 4000, "rl-eval-every": 10,
+        "sft-learning-rate": 1e-3, "sft-games": 4000, "rl-eval-every": 10, "low": 0, "high": 9,
+        "max-turns": 4, "turn-cost": 0.1, "invalid-reward": -1.0,
     },
     "tic-tac-toe": {
         "rl-steps": 30, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 600, "sft-batch-size": 32,
@@ -93,11 +94,12 @@ def test_alias_table_targets_real_nested_flags(name: str) -> None:
 def test_both_spellings_parse_to_one_config() -> None:
     flat = ["--sft-steps", "16", "--rl-batch-size=2", "--rl-eval-every", "1", "--rl-learning-rate", "3e-4"]
     nested = ["--sft.steps", "16", "--rl.batch-size=2", "--rl.eval-every", "1", "--rl.learning-rate", "3e-4"]
-    a = _tyro_cli(GuessNumberRecipe, flat, "t", "t")
-    b = _tyro_cli(GuessNumberRecipe, nested, "t", "t")
+    a = _tyro_cli(GuessNumberRecipe, [*flat, "--high", "7"], "t", "t")
+    b = _tyro_cli(GuessNumberRecipe, [*nested, "--rules.high", "7"], "t", "t")
     assert a == b
     assert (a.sft.steps, a.rl.batch_size, a.rl.eval_every, a.rl.learning_rate) == (16, 2, 1, 3e-4)
     assert a.sft.batch_size == 32  # the recipe's own default, kept beside the flag given
+    assert (a.rules.low, a.rules.high, a.rules.max_turns) == (0, 7, 4)  # a task's settings nest too
     chat = _tyro_cli(ChatSFTRecipe, ["--steps", "30", "--learning-rate", "1e-3"], "t", "t")
     assert (chat.sft.steps, chat.sft.learning_rate, chat.sft.eval_every) == (30, 1e-3, 100)
     assert expand_aliases(ChatSFTRecipe, ["--steps", "3", "--", "--steps"]) == [

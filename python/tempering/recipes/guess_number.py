@@ -83,21 +83,17 @@ class GuessNumberRecipe(RecipeConfig, GroupFlags):
     rl: RLStage = stage_field(RLStage(30, 1e-4, eval_every=10, batch_size=8))
     """The RL stage (``--rl.steps`` or ``--rl-steps``, ...; ``--rl.eval-every``: evaluate the
     policy every this many steps, 0: only before and after)."""
-    low: int = 0
-    """The lowest secret."""
-    high: int = 9
-    """The range of secrets; the default keeps every guess one token for the byte-level tiny model."""
-    max_turns: int = 4
-    """Guesses per game; a game not won by then scores 0."""
+    rules: GuessNumberRules = stage_field(GuessNumberRules(low=0, high=9, max_turns=4), flat="")
+    """The game: secrets ``low..high`` (the default 0..9 keeps every guess one token for the
+    byte-level tiny model), ``max_turns`` guesses (a game not won by then scores 0), reward
+    ``1 - turn_cost * (t - 1)`` for finding the secret at turn ``t``, ``invalid_reward`` for an
+    invalid reply (not an integer in ``low..high``, or unparseable; it ends the game)
+    (``--rules.high``, or ``--high`` as before, ...)."""
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
-    turn_cost: float = 0.1
-    """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     n_test_secrets: int = 0
     """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
     on and evaluated on, with held-out sampling seeds."""
-    invalid_reward: float = -1.0
-    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
     sft_games: int = positive(4000)
     """Scripted games written for the SFT stage."""
 
@@ -112,12 +108,8 @@ class GuessNumberRecipe(RecipeConfig, GroupFlags):
 
     def task(self) -> GuessNumberTask:
         """The RL task of this config."""
-        rules = GuessNumberRules(
-            low=self.low, high=self.high, max_turns=self.max_turns, turn_cost=self.turn_cost,
-            invalid_reward=self.invalid_reward,
-        )  # fmt: skip
         return GuessNumberTask(
-            base_model=self.base_model, renderer_name=self.renderer_name, rules=rules,
+            base_model=self.base_model, renderer_name=self.renderer_name, rules=self.rules,
             n_test_secrets=self.n_test_secrets, seed=self.seed, batch_size=self.rl.batch_size,
             group_size=self.group_size, test_group_size=self.group_size, n_batches=self.rl.steps,
         )  # fmt: skip
@@ -127,7 +119,7 @@ class GuessNumberRecipe(RecipeConfig, GroupFlags):
         train_secrets, test_secrets = task.secrets()
         eval_secrets = test_secrets or train_secrets
         renderer = self.renderer()
-        low, high, max_turns = self.low, self.high, self.max_turns
+        low, high, max_turns = self.rules.low, self.rules.high, self.rules.max_turns
         eval_builders = [
             GuessNumberGroupBuilder(renderer, secret, task.rules, group_size=self.eval_samples)
             for secret in eval_secrets

@@ -176,7 +176,7 @@ class RLStage:
         return attrs.evolve(self, learning_rate=learning_rate)
 
 
-S = TypeVar("S", SFTStage, RLStage)
+S = TypeVar("S", bound=attrs.AttrsInstance)
 FLAT = "tempering_flat"
 """Field metadata: the flat prefix of a nested stage's old flags (``None``: the field's name)."""
 RENAMED = "tempering_renamed"
@@ -186,12 +186,13 @@ RENAMED = "tempering_renamed"
 def stage_field(
     default: S, *, flat: str | None = None, renamed: Mapping[str, str] | None = None, required: bool = False
 ) -> S:
-    """A recipe's nested stage config ``default`` (an attrs field; typed as the stage). On the
+    """A recipe's nested config ``default``: a stage (:class:`SFTStage`, :class:`RLStage`) or a
+    task's settings (``GuessNumberRules``), as an attrs field typed as ``default``. On the
     command line its fields are ``--<name>.<field>``, and the flat ``--<flat>-<field>`` too
     (``flat`` default: the field's name; ``""``: ``--<field>``) and any older flat name in
     ``renamed`` (``{"rl-prompts": "batch-size"}``), mapped by
     :func:`tempering.cli._aliases.flat_aliases`. ``required``: a stage the recipe always runs
-    (``steps`` 0 is refused).
+    (its ``steps`` 0 is refused; for stages).
 
     Example::
 
@@ -203,10 +204,8 @@ def stage_field(
     return field
 
 
-def _runs(
-    instance: object, attribute: attrs.Attribute[SFTStage | RLStage], value: SFTStage | RLStage
-) -> None:
-    if value.steps < 1:
+def _runs(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, SFTStage | RLStage) and value.steps < 1:
         flag = "--" + attribute.name.replace("_", "-") + ".steps"
         raise ValueError(
             f"{type(instance).__name__}.{attribute.name}.steps ({flag}) must be > 0, got {value.steps}"
