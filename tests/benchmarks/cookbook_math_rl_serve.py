@@ -61,7 +61,7 @@ def steps_done(metrics: Path) -> list[dict[str, float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a local HF model directory")
-    parser.add_argument("--steps", type=int, default=100, help="the recipe's steps (its dataset size / batch)")
+    parser.add_argument("--steps", type=int, default=100, help="the recipe's steps to run")
     parser.add_argument("--warmup", type=int, default=10, help="steps before the baseline RSS")
     parser.add_argument("--groups-per-batch", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=4)
@@ -83,8 +83,7 @@ def main() -> int:
     server = ServerProcess(out / "server-data", out / "home").start()
     assert server.pid is not None
     log_path = out / "recipe"
-    # The cookbook's arithmetic dataset has n_batches = 10_000 // groups_per_batch... its CLI has no
-    # step cap, so the recipe is stopped once the wanted number of steps is in its metrics.
+    # The recipe's CLI has no step cap: it is stopped once the wanted steps are in its metrics.
     command = [
         sys.executable, "-m", "tinker_cookbook.recipes.math_rl.train",
         f"model_name={model_dir}", f"renderer_name={args.renderer}", "env=arithmetic",
@@ -95,7 +94,8 @@ def main() -> int:
     ]  # fmt: skip
     env = {**os.environ, "TINKER_API_KEY": API_KEY, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     started = time.monotonic()
-    recipe = subprocess.Popen(command, env=env, stdout=open(out / "recipe.log", "w"), stderr=subprocess.STDOUT)
+    with open(out / "recipe.log", "w") as recipe_log:
+        recipe = subprocess.Popen(command, env=env, stdout=recipe_log, stderr=subprocess.STDOUT)
     readings: list[tuple[int, float]] = []  # (steps done, rss MB)
     try:
         with open(out / "memory.jsonl", "w") as mem:
@@ -103,7 +103,8 @@ def main() -> int:
                 done = len(steps_done(log_path / "metrics.jsonl"))
                 rss = rss_bytes(server.pid) / 2**20
                 readings.append((done, rss))
-                mem.write(json.dumps({"t": round(time.monotonic() - started, 1), "steps": done, "rss_mb": rss}) + "\n")
+                t = round(time.monotonic() - started, 1)
+                mem.write(json.dumps({"t": t, "steps": done, "rss_mb": rss}) + "\n")
                 mem.flush()
                 if done >= args.steps:
                     recipe.terminate()
@@ -127,7 +128,7 @@ def main() -> int:
         return next((row[n] for n in names if n in row), None)
 
     first, end = rows[: args.warmup], rows[-args.warmup :]
-    keys = [k for k in rows[0] if k.startswith("env/all/") and not k.endswith("/max") and not k.endswith("/min")]
+    keys = [k for k in rows[0] if k.startswith("env/all/") and not k.endswith(("/max", "/min"))]
     summary = {
         "steps": len(rows),
         "wall_s": round(time.monotonic() - started, 1),

@@ -35,7 +35,7 @@ def test_bad_configs_are_refused() -> None:
         ToolUseRecipe(group_size=0)
     with pytest.raises(ValueError, match=r"test_towns must be in 1\.\.50"):
         ToolUseRecipe(test_towns=0)
-    with pytest.raises(ValueError, match="RubricRecipe: judge_sft_steps must be >= 0"):
+    with pytest.raises(ValueError, match=r"RubricRecipe\.judge_sft_steps \(--judge-sft-steps\) must be >= 0"):
         RubricRecipe(judge_sft_steps=-1)
     with pytest.raises(ValueError, match=r"TwentyQuestionsRecipe\.max_turns \(--max-turns\) must be > 0"):
         TwentyQuestionsRecipe(max_turns=0)

@@ -16,7 +16,7 @@ import pytest
 from tempering import assets
 from tempering.evals.reply import held_out_replies
 from tempering.recipes._common import recipe_learning_rate
-from tempering.recipes.chat_sft import ChatSFTRecipe
+from tempering.recipes.chat_sft import ChatSFTRecipe, chat_stage
 from tempering_protocols import Message
 
 _TINY = ["--steps", "30", "--batch-size", "8", "--eval-every", "0", "--show", "3", "--no-progress"]
@@ -48,7 +48,7 @@ def test_chat_sft_tiny_budget(tmp_path: Path) -> None:
     for key in ("exact_match_before", "exact_match_after"):
         assert 0.0 <= summary[key] <= 1.0
     assert summary["wall_seconds"] > 0
-    assert summary["config"]["steps"] == 30
+    assert summary["config"]["sft"]["steps"] == 30  # the stage is nested: --sft.steps (or --steps)
     assert summary["config"]["test_path"] == str(small)
     assert len(summary["replies"]) == 3
     assert {"prompt", "reference", "before", "after", "correct"} <= set(summary["replies"][0])
@@ -81,10 +81,10 @@ def test_hosted_service_refuses_the_tiny_model(tmp_path: Path, name: str) -> Non
 
 
 def test_bad_config_names_the_flag() -> None:
-    with pytest.raises(ValueError, match=r"ChatSFTRecipe\.steps \(--steps\) must be > 0, got 0"):
-        ChatSFTRecipe(steps=0)
-    with pytest.raises(ValueError, match=r"ChatSFTRecipe\.batch_size \(--batch-size\) must be > 0, got -1"):
-        ChatSFTRecipe(batch_size=-1)
+    with pytest.raises(ValueError, match=r"ChatSFTRecipe\.sft\.steps \(--sft\.steps\) must be > 0, got 0"):
+        ChatSFTRecipe(sft=chat_stage(0))
+    with pytest.raises(ValueError, match=r"ChatSFTRecipe\.max_tokens \(--max-tokens\) must be > 0, got -1"):
+        ChatSFTRecipe(max_tokens=-1)
 
 
 def test_learning_rate_defaults_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:

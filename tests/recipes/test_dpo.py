@@ -18,7 +18,8 @@ import pytest
 from tempering import assets
 from tempering.preference import ComparisonData
 from tempering.preference.evaluation import chosen_answers
-from tempering.recipes.dpo import DPORecipe
+from tempering.recipes.chat_sft import chat_stage
+from tempering.recipes.dpo import DPORecipe, preference_stage
 
 _TINY = [
     "--sft-steps", "20", "--sft-batch-size", "8", "--sft-eval-every", "0",
@@ -94,21 +95,28 @@ def test_dpo_tiny_budget_and_init_state(tmp_path: Path) -> None:
 def test_bad_config_names_the_flag() -> None:
     with pytest.raises(ValueError, match=r"DPORecipe\.beta \(--beta\) must be > 0, got 0"):
         DPORecipe(beta=0.0)
-    with pytest.raises(ValueError, match=r"DPORecipe\.dpo_steps \(--dpo-steps\) must be > 0"):
-        DPORecipe(dpo_steps=0)
-    DPORecipe(sft_steps=0, init_state="tempering://some/weights/final")  # no SFT stage: allowed
+    with pytest.raises(ValueError, match=r"DPORecipe\.dpo\.steps \(--dpo\.steps\) must be > 0"):
+        DPORecipe(dpo=preference_stage(0, 8, 20))
+    DPORecipe(sft=chat_stage(0), init_state="tempering://some/weights/final")  # no SFT stage: allowed
 
 
 def test_pairs_split_and_refusals_name_the_flag() -> None:
     recipe = DPORecipe(test_pairs=16)
-    data, n_train, test_pairs, stage = recipe.pairs(6, 4, 2e-3, "--dpo-batch-size")
+    data, n_train, test_pairs = recipe.pairs(4, "--dpo.batch-size")
     assert (data.batch_size, data.test_size, len(test_pairs)) == (4, 16, 16)
     assert n_train >= 1
-    assert (stage.steps, stage.batch_size, stage.learning_rate) == (6, 4, 2e-3)
+    stage = recipe.dpo  # 5 warmup steps, linear decay, Adam's beta2 0.95
+    assert (stage.steps, stage.batch_size, stage.eval_every, stage.schedule, stage.beta2) == (
+        60,
+        8,
+        20,
+        "linear",
+        0.95,
+    )
     with pytest.raises(
-        ValueError, match=r"DPORecipe: .* fewer training pairs than one batch \(--dpo-batch-size 100000\)"
+        ValueError, match=r"DPORecipe: .* fewer training pairs than one batch \(--dpo\.batch-size 100000\)"
     ):
-        recipe.pairs(6, 100_000, 2e-3, "--dpo-batch-size")
+        recipe.pairs(100_000, "--dpo.batch-size")
 
 
 def test_chosen_answers_follow_the_label() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tempering.envs.game_data import write_transcripts
+from tempering.envs.guess_number import GuessNumberRules
 from tempering.recipes import load_recipe
 from tempering.recipes.guess_number import GuessNumberRecipe
 
@@ -31,7 +32,7 @@ def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match=r"GuessNumberRecipe\.group_size \(--group-size\) must be > 0"):
         GuessNumberRecipe(group_size=0)
     with pytest.raises(ValueError, match=r"n_test_secrets must be in 0\.\.7"):
-        GuessNumberRecipe(low=0, high=7, n_test_secrets=8)
+        GuessNumberRecipe(rules=GuessNumberRules(low=0, high=7), n_test_secrets=8)
     with pytest.raises(ValueError, match="teacher"):
         GuessNumberRecipe(teacher="oracle")  # pyright: ignore[reportArgumentType]
 

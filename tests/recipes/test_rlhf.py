@@ -22,6 +22,7 @@ from tempering.envs import PreferenceModel as EnvPreferenceModel
 from tempering.envs.preference import PromptGroups
 from tempering.preference import ComparisonData
 from tempering.preference.rlhf import ComparisonJudge, RewardModelPrompts
+from tempering.recipes.dpo import preference_stage
 from tempering.recipes.rlhf import RLHFRecipe
 from tempering_protocols import Comparison, Env, EnvGroupBuilder, Message
 
@@ -83,8 +84,8 @@ def test_rlhf_tiny_budget(tmp_path: Path) -> None:
 def test_bad_config_names_the_flag() -> None:
     with pytest.raises(ValueError, match=r"RLHFRecipe\.group_size \(--group-size\) must be >= 2"):
         RLHFRecipe(group_size=1)
-    with pytest.raises(ValueError, match=r"RLHFRecipe\.rm_steps \(--rm-steps\) must be > 0, got 0"):
-        RLHFRecipe(rm_steps=0)
+    with pytest.raises(ValueError, match=r"RLHFRecipe\.rm\.steps \(--rm\.steps\) must be > 0, got 0"):
+        RLHFRecipe(rm=preference_stage(0, 8, 20))
     with pytest.raises(ValueError, match=r"RLHFRecipe\.kl_coef \(--kl-coef\) must be >= 0"):
         RLHFRecipe(kl_coef=-0.1)
 

@@ -5,7 +5,9 @@
 runs it; flags may come before or after a subcommand such as ``dataset:arithmetic-task``, and
 ``--help`` shows the configs' docstrings as plain prose (:mod:`tempering.cli._help`);
 ``tempering demo`` takes its flags from ``DemoConfig`` the same way, and
-``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``);
+``tempering recipe NAME`` from the recipe's config (``tempering.recipes.RECIPES``; its stages
+are nested, ``--sft.steps``, and their older flat spellings ``--sft-steps`` are accepted:
+:mod:`tempering.cli._aliases`);
 ``tempering eval`` takes its flags from ``tempering.cli.eval.EvalCommandConfig``;
 ``tempering tiny-model``, ``tempering serve``, ``tempering export``, ``tempering checkpoints``
 (:mod:`tempering.cli.weights`) and ``tempering models`` (:mod:`tempering.cli.models`) are plain
@@ -43,12 +45,14 @@ def _tyro_cli(cls: type[Any], argv: Sequence[str], prog: str, description: str) 
     """``cls`` built from ``argv`` by tyro: flags before or after subcommands, plain-prose help."""
     import tyro
 
+    from tempering.cli._aliases import expand_aliases
     from tempering.cli._budgets import apply_docs_test_budgets
     from tempering.cli._checks import check_config, check_flags
     from tempering.cli._help import plain_help
 
     plain_help()
     check_flags(argv)
+    argv = expand_aliases(cls, argv)  # a recipe's flat stage flags: --sft-steps is --sft.steps
     config = tyro.cli(
         cls,
         args=list(argv),

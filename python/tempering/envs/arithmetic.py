@@ -128,5 +128,7 @@ class ArithmeticProblems(HeldOutTask):
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = split_problems(seed=self.seed, n_test=self.n_test)
         grader = exact_match if self.reward_coef == 1.0 else ScaledExactMatch(self.reward_coef)
-        train_ds = self.dataset_of(ProblemDataset, train, grader=grader, tag="arithmetic", format_coef=0.0)
+        train_ds = ProblemDataset(
+            train, self.renderer(), grader, **self.batching(), tag="arithmetic", format_coef=0.0
+        )
         return self.with_test(train_ds, test if self.test_group_size else None)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, cast
+from typing import Literal, cast
 
 import attrs
 import numpy as np
@@ -38,7 +38,7 @@ from tempering.data import RowError, parse_rows
 from tempering.envs.problem import SeededBatches, SingleReplyEnv, SingleReplyGroup, prompt_messages
 from tempering.envs.task_base import HeldOutTask
 from tempering.tools.sandbox import LocalSandbox, extract_program, grade_program
-from tempering_protocols import Message, Renderer, RLDataset, Sandbox
+from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset, Sandbox
 
 __all__ = [
     "CODE_PROBLEMS",
@@ -193,10 +193,12 @@ class CodeEnv(SingleReplyEnv):
 class CodeGroupBuilder(SingleReplyGroup[CodeProblem]):
     """``group_size`` :class:`CodeEnv` of one problem (one sampling request with ``num_samples = G``)."""
 
-    env_type: ClassVar[type[SingleReplyEnv]] = CodeEnv
     grading: CodeGrading
     system_prompt: str | None = attrs.field(default=CODE_SYSTEM_PROMPT, kw_only=True)
     tag: str = attrs.field(default="code", kw_only=True)
+
+    def make_env(self) -> Env:
+        return CodeEnv(self.problem, self.renderer, self.grading, system_prompt=self.system_prompt)
 
 
 @attrs.frozen
@@ -205,10 +207,19 @@ class CodeDataset(SeededBatches[CodeProblem]):
     :class:`CodeGroupBuilder` of ``group_size`` replies; ``len`` is ``n_batches`` (default: one
     pass over the problems)."""
 
-    group_type: ClassVar[type[SingleReplyGroup[Any]]] = CodeGroupBuilder
     grading: CodeGrading
     system_prompt: str | None = attrs.field(default=CODE_SYSTEM_PROMPT, kw_only=True)
     tag: str = attrs.field(default="code", kw_only=True)
+
+    def make_group(self, problem: CodeProblem, /) -> EnvGroupBuilder:
+        return CodeGroupBuilder(
+            problem,
+            self.renderer,
+            self.grading,
+            group_size=self.group_size,
+            system_prompt=self.system_prompt,
+            tag=self.tag,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -240,4 +251,7 @@ class CodeTask(HeldOutTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = self.problems()
-        return self.with_test(self.dataset_of(CodeDataset, train), test)
+        dataset = CodeDataset(
+            train, self.renderer(), self.grading, **self.batching(), system_prompt=self.system_prompt
+        )
+        return self.with_test(dataset, test)

@@ -27,7 +27,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
@@ -35,7 +35,7 @@ from tempering.data.hub import MATH_DATASETS, MathProblem, load_math_problems
 from tempering.envs.problem import SeededBatches, SingleReplyEnv, SingleReplyGroup, prompt_messages
 from tempering.envs.task_base import HeldOutTask
 from tempering.grading import ExtractStyle, MathGrader, extract_answer
-from tempering_protocols import Message, Renderer, RLDataset
+from tempering_protocols import Env, EnvGroupBuilder, Message, Renderer, RLDataset
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
@@ -103,10 +103,18 @@ class MathEnv(SingleReplyEnv):
 class MathGroupBuilder(SingleReplyGroup[MathProblem]):
     """``group_size`` :class:`MathEnv` of one problem (they share the first observation)."""
 
-    env_type: ClassVar[type[SingleReplyEnv]] = MathEnv
     rewards: MathRewards
     instruction: str | None = attrs.field(default=DEFAULT_INSTRUCTION, kw_only=True)
     tag: str = attrs.field(default="math", kw_only=True)
+
+    def make_env(self) -> Env:
+        return MathEnv(
+            self.problem,
+            self.renderer,
+            self.rewards,
+            instruction=self.instruction,
+            system_prompt=self.system_prompt,
+        )
 
 
 @attrs.frozen
@@ -114,10 +122,20 @@ class MathDataset(SeededBatches[MathProblem]):
     """``batch_size`` problems per batch, shuffled by ``seed`` (reshuffled each epoch), each a
     :class:`MathGroupBuilder` of ``group_size`` envs; ``len`` is ``n_batches`` (default: one pass)."""
 
-    group_type: ClassVar[type[SingleReplyGroup[Any]]] = MathGroupBuilder
     rewards: MathRewards
     instruction: str | None = attrs.field(default=DEFAULT_INSTRUCTION, kw_only=True)
     tag: str = attrs.field(default="math", kw_only=True)
+
+    def make_group(self, problem: MathProblem, /) -> EnvGroupBuilder:
+        return MathGroupBuilder(
+            problem,
+            self.renderer,
+            self.rewards,
+            group_size=self.group_size,
+            system_prompt=self.system_prompt,
+            instruction=self.instruction,
+            tag=self.tag,
+        )
 
 
 def _check_dataset(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -187,5 +205,13 @@ class MathTask(HeldOutTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train = load_math_problems(self.dataset, source=self.source, split=self.split, limit=self.limit)
-        train_ds = self.dataset_of(MathDataset, train, rewards=self.rewards(), tag=self.dataset)
+        train_ds = MathDataset(
+            train,
+            self.renderer(),
+            self.rewards(),
+            **self.batching(),
+            system_prompt=self.system_prompt,
+            instruction=self.instruction,
+            tag=self.dataset,
+        )
         return self.with_test(train_ds, self.test_problems())

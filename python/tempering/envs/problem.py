@@ -10,9 +10,10 @@ request with ``num_samples = G``); a :class:`ProblemDataset` yields ``P`` builde
 depending only on ``(seed, index)``.
 
 Every single-reply family (problems here, math, code) is the same three layers: an env
-(:class:`SingleReplyEnv`), a group of one problem (:class:`SingleReplyGroup`, its ``env_type``
-built from the group's fields of the same names) and a dataset (:class:`SeededBatches`, its
-``group_type`` built from the dataset's fields of the same names, :func:`from_fields`).
+(:class:`SingleReplyEnv`), a group of one problem (:class:`SingleReplyGroup`, whose
+:meth:`~SingleReplyGroup.make_env` builds the family's env) and a dataset
+(:class:`SeededBatches`, whose :meth:`~SeededBatches.make_group` builds the family's group),
+each constructed with its arguments named, so the type checker sees every one.
 
 Example::
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 import numpy as np
@@ -55,7 +56,6 @@ __all__ = [
     "batch_picks",
     "exact_match",
     "first_number_match",
-    "from_fields",
     "held_out",
     "lowercase_fraction",
     "prompt_messages",
@@ -63,7 +63,6 @@ __all__ = [
 
 P = TypeVar("P")
 D = TypeVar("D", bound=attrs.AttrsInstance)
-T = TypeVar("T")
 
 Grader = Callable[[str, str], float]
 """``grader(response_text, reference_answer) -> correctness in [0, 1]``; must pickle (a
@@ -150,25 +149,6 @@ class SingleReplyEnv(Env):
         )
 
 
-def from_fields(cls: Callable[..., T], source: object, **given: Any) -> T:
-    """``cls`` (an attrs class) built from ``given`` and, for each of its other init fields,
-    ``source``'s field of the same name (``source`` is an attrs instance too; a field it lacks
-    keeps its default).
-
-    Example::
-
-        from_fields(ProblemEnv, group)            # group.problem, .renderer, .grader, .format_coef, ...
-        from_fields(ProblemGroupBuilder, dataset, problem=problem)
-    """
-    have = {field.name for field in attrs.fields(type(source))}  # pyright: ignore[reportArgumentType]
-    values: dict[str, Any] = {}
-    for field in attrs.fields(cls):  # pyright: ignore[reportArgumentType]
-        name: str = field.name
-        if field.init and name not in given and name in have:
-            values[field.alias] = getattr(source, name)
-    return cls(**values, **given)
-
-
 class RepeatedEnvGroup(EnvGroupBuilder):
     """A group of ``group_size`` fresh envs from :meth:`make_env` (so they share the first
     observation), logged under ``tag``."""
@@ -189,11 +169,10 @@ class RepeatedEnvGroup(EnvGroupBuilder):
 
 @attrs.frozen
 class SingleReplyGroup(RepeatedEnvGroup, Generic[P]):
-    """``group_size`` envs of one problem (they share the first observation): each an
-    ``env_type`` built from this group's fields of the same names (:func:`from_fields`). A
-    family adds its grading field (positional, after ``renderer``) and its prompt settings."""
+    """``group_size`` envs of one problem (they share the first observation), each from
+    :meth:`make_env`. A family adds its grading field (positional, after ``renderer``) and its
+    prompt settings, and builds its env in :meth:`make_env`."""
 
-    env_type: ClassVar[type[SingleReplyEnv]]
     problem: P
     renderer: Renderer = attrs.field(eq=False)
     group_size: int = attrs.field(default=8, kw_only=True)
@@ -201,7 +180,8 @@ class SingleReplyGroup(RepeatedEnvGroup, Generic[P]):
     tag: str = attrs.field(default="problems", kw_only=True)
 
     def make_env(self) -> Env:
-        return from_fields(self.env_type, self)
+        """One fresh env of this problem."""
+        raise NotImplementedError(f"{type(self).__name__}.make_env")
 
 
 @attrs.define(eq=False)
@@ -241,9 +221,17 @@ class ProblemGroupBuilder(SingleReplyGroup[Problem]):
         ProblemGroupBuilder(Problem("2+2?", "4"), renderer, exact_match, group_size=8, tag="arith")
     """
 
-    env_type: ClassVar[type[SingleReplyEnv]] = ProblemEnv
     grader: Grader
     format_coef: float = attrs.field(default=0.1, kw_only=True)
+
+    def make_env(self) -> Env:
+        return ProblemEnv(
+            self.problem,
+            self.renderer,
+            self.grader,
+            format_coef=self.format_coef,
+            system_prompt=self.system_prompt,
+        )
 
 
 def batch_picks(n: int, batch_size: int, seed: int, index: int) -> list[int]:
@@ -267,11 +255,10 @@ def held_out(dataset: D, problems: Sequence[Any], *, group_size: int, seed: int)
 class SeededBatches(Generic[P]):
     """The plumbing of a problem dataset: ``batch_size`` of ``problems`` per batch in the order
     of :func:`batch_picks` (seeded by ``seed``, reshuffled each epoch), each a group of
-    ``group_size`` replies from :meth:`make_group` (a ``group_type`` built from this dataset's
-    fields of the same names); ``len`` is ``n_batches`` (default: one pass). A family adds its
-    grading field (positional, after ``renderer``) and its prompt settings."""
+    ``group_size`` replies from :meth:`make_group`; ``len`` is ``n_batches`` (default: one
+    pass). A family adds its grading field (positional, after ``renderer``) and its prompt
+    settings, and builds its group in :meth:`make_group`."""
 
-    group_type: ClassVar[type[SingleReplyGroup[Any]]]
     problems: Sequence[P]
     renderer: Renderer = attrs.field(eq=False)
     batch_size: int = attrs.field(kw_only=True)
@@ -283,7 +270,7 @@ class SeededBatches(Generic[P]):
 
     def make_group(self, problem: P, /) -> EnvGroupBuilder:
         """The group of envs of one problem."""
-        return from_fields(self.group_type, self, problem=problem)
+        raise NotImplementedError(f"{type(self).__name__}.make_group")
 
     def __len__(self) -> int:
         if self.n_batches is not None:
@@ -306,6 +293,16 @@ class ProblemDataset(SeededBatches[Problem]):
         builders_P = ds.get_batch(0)
     """
 
-    group_type: ClassVar[type[SingleReplyGroup[Any]]] = ProblemGroupBuilder
     grader: Grader
     format_coef: float = attrs.field(default=0.1, kw_only=True)
+
+    def make_group(self, problem: Problem, /) -> EnvGroupBuilder:
+        return ProblemGroupBuilder(
+            problem,
+            self.renderer,
+            self.grader,
+            group_size=self.group_size,
+            system_prompt=self.system_prompt,
+            tag=self.tag,
+            format_coef=self.format_coef,
+        )

@@ -1,7 +1,6 @@
 """What the shipped RL task builders (``RLDatasetBuilder`` configs) share.
 
-- :class:`PolicyTask`: the policy's model and chat format, which render the prompts, and a
-  problem dataset in them (:meth:`~PolicyTask.dataset_of`).
+- :class:`PolicyTask`: the policy's model and chat format, which render the prompts.
 - :class:`HeldOutTask`: a problem task's batches and groups, and its held-out test set (one
   batch, ``test_group_size`` replies a problem, sampled with ``seed + 1``).
 
@@ -13,24 +12,24 @@ Example::
     @attrs.frozen(kw_only=True)
     class MyTask(HeldOutTask):
         async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-            train = self.dataset_of(ProblemDataset, TRAIN, grader=exact_match)
+            train = ProblemDataset(TRAIN, self.renderer(), exact_match, **self.batching())
             return self.with_test(train, TEST)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from collections.abc import Sequence
+from typing import Annotated, Any, TypedDict, TypeVar
 
 import attrs
 import tyro
 
 from tempering.backend import load_renderer
-from tempering.envs.problem import from_fields, held_out
+from tempering.envs.problem import held_out
 from tempering.model_info import TINY_MODEL
 from tempering_protocols import Renderer
 
-__all__ = ["HeldOutTask", "PolicyTask"]
+__all__ = ["Batching", "HeldOutTask", "PolicyTask"]
 
 D = TypeVar("D", bound=attrs.AttrsInstance)
 
@@ -56,11 +55,15 @@ class PolicyTask:
         """The policy's renderer."""
         return load_renderer(self.model, self.renderer_name)
 
-    def dataset_of(self, cls: Callable[..., D], problems: Sequence[Any], **given: Any) -> D:
-        """A ``cls`` dataset (:class:`~tempering.envs.problem.SeededBatches`) of ``problems`` in
-        this task's renderer, with ``given`` and, for its other fields, this task's fields of the
-        same names (batch_size, group_size, seed, n_batches, system_prompt, ...)."""
-        return from_fields(cls, self, problems=problems, renderer=self.renderer(), **given)
+
+class Batching(TypedDict):
+    """The batch settings a problem dataset (:class:`~tempering.envs.problem.SeededBatches`)
+    takes from its task (:meth:`HeldOutTask.batching`)."""
+
+    batch_size: int
+    group_size: int
+    seed: int
+    n_batches: int | None
 
 
 @attrs.frozen(kw_only=True)
@@ -77,6 +80,13 @@ class HeldOutTask(PolicyTask):
     """Training batches (default: one pass over the training problems)."""
     seed: int = 0
     """Seeds the batch order; the test set samples with seed + 1."""
+
+    def batching(self) -> Batching:
+        """This task's batch settings, for its dataset (``ProblemDataset(problems, renderer,
+        grader, **self.batching())``)."""
+        return Batching(
+            batch_size=self.batch_size, group_size=self.group_size, seed=self.seed, n_batches=self.n_batches
+        )
 
     def with_test(self, train: D, test: Sequence[Any] | None) -> tuple[D, D | None]:
         """``(train, test set)``: ``train``'s settings over the ``test`` problems in one batch,

@@ -52,8 +52,16 @@ class LowercaseTask(PolicyTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
-        train = self.dataset_of(
-            ProblemDataset, problems, grader=lowercase_fraction, tag="lowercase", format_coef=0.0
+        train = ProblemDataset(
+            problems,
+            self.renderer(),
+            lowercase_fraction,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            seed=self.seed,
+            n_batches=self.n_batches,
+            tag="lowercase",
+            format_coef=0.0,
         )
         return train, attrs.evolve(train, n_batches=self.n_test_batches, seed=self.seed + 1)
 
@@ -85,8 +93,15 @@ class ArithmeticTask(PolicyTask):
             return out
 
         test_items = problems("arithmetic_chat_test.jsonl")
-        train = self.dataset_of(
-            ProblemDataset, problems("arithmetic_chat.jsonl"), grader=first_number_match, tag="arithmetic"
+        train = ProblemDataset(
+            problems("arithmetic_chat.jsonl"),
+            self.renderer(),
+            first_number_match,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            seed=self.seed,
+            n_batches=self.n_batches,
+            tag="arithmetic",
         )
         return train, attrs.evolve(train, problems=test_items, n_batches=1, seed=self.seed + 1)
 

@@ -38,7 +38,7 @@ import attrs
 import numpy as np
 
 from tempering.envs.message import MessageEnvAdapter, MessageStepResult
-from tempering.envs.problem import RepeatedEnvGroup, from_fields
+from tempering.envs.problem import RepeatedEnvGroup
 from tempering_protocols import Env, EnvGroupBuilder, Message, MessageCompleter, Metrics, Renderer, Trajectory
 
 __all__ = [
@@ -225,8 +225,8 @@ class TwentyQuestionsGroupBuilder(RepeatedEnvGroup):
 @attrs.frozen
 class TwentyQuestionsDataset:
     """``n_batches`` batches of ``batch_size`` secrets drawn from ``secrets`` (seeded by
-    ``(seed, index)``), each a :class:`TwentyQuestionsGroupBuilder` of ``group_size`` games (its
-    other settings: this dataset's fields of the same names)."""
+    ``(seed, index)``), each a :class:`TwentyQuestionsGroupBuilder` of ``group_size`` games with
+    this dataset's ``max_turns`` and ``turn_cost``."""
 
     secrets: Sequence[WordEntry]
     words: Sequence[WordEntry] = attrs.field(eq=False)
@@ -251,7 +251,18 @@ class TwentyQuestionsDataset:
         picks = rng.choice(
             len(self.secrets), size=self.batch_size, replace=self.batch_size > len(self.secrets)
         )
-        return [from_fields(TwentyQuestionsGroupBuilder, self, secret=self.secrets[int(i)]) for i in picks]
+        return [
+            TwentyQuestionsGroupBuilder(
+                self.secrets[int(i)],
+                self.words,
+                self.renderer,
+                self.answerer,
+                group_size=self.group_size,
+                max_turns=self.max_turns,
+                turn_cost=self.turn_cost,
+            )
+            for i in picks
+        ]
 
 
 @attrs.frozen

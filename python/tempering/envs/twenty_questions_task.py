@@ -20,7 +20,6 @@ from collections.abc import Sequence
 import attrs
 
 from tempering.envs.agent_data import AgentTask, FixedGroups
-from tempering.envs.problem import from_fields
 from tempering.envs.twenty_questions import (
     TwentyQuestionsDataset,
     TwentyQuestionsGroupBuilder,
@@ -95,13 +94,33 @@ class TwentyQuestionsTask(AgentTask):
     def eval_builders(self, answerer: MessageCompleter) -> list[TwentyQuestionsGroupBuilder]:
         """A group of ``eval_samples`` games for every secret."""
         words, renderer = load_words(), self.renderer()
-        given = {"words": words, "renderer": renderer, "answerer": answerer, "group_size": self.eval_samples}
-        return [from_fields(TwentyQuestionsGroupBuilder, self, secret=w, **given) for w in words]
+        return [
+            TwentyQuestionsGroupBuilder(
+                w,
+                words,
+                renderer,
+                answerer,
+                group_size=self.eval_samples,
+                max_turns=self.max_turns,
+                turn_cost=self.turn_cost,
+            )
+            for w in words
+        ]
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         """The training secrets' dataset (``max_turns``, ``turn_cost``, batches and groups: this
         task's fields) and the test set."""
         words, answerer = load_words(), await self.answerer()
-        given = {"secrets": words, "words": words, "renderer": self.renderer(), "answerer": answerer}
-        train = from_fields(TwentyQuestionsDataset, self, **given)
+        train = TwentyQuestionsDataset(
+            words,
+            words,
+            self.renderer(),
+            answerer,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            n_batches=self.n_batches,
+            seed=self.seed,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+        )
         return train, FixedGroups.one_batch(self.eval_builders(answerer), self.seed) if self.test else None

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, RLFlags, SFTFlags, recipe_flags
-from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, sft_then_rl
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, recipe_flags
+from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering_protocols import EnvGroupBuilder, RLDatasetBuilder, SamplingClient, TrainOnWhat, Trajectory
 
 if TYPE_CHECKING:
@@ -34,12 +34,25 @@ MakeTask = Callable[["TrainResult | None"], Awaitable[tuple[RLDatasetBuilder, Ev
 """``make_task(sft)``: the RL task and the evaluation, given the SFT stage's result."""
 
 
-@recipe_flags(sft_learning_rate=2e-3, rl_steps=4, rl_batch_size=4, group_size=4, eval_samples=1)
-class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
-    """The flags and the pipeline the agent recipes share. Subclasses set their own defaults
-    (:func:`~tempering.recipes._common.recipe_flags`) and ``NAME``, and implement :meth:`run`."""
+def agent_sft(
+    steps: int, batch_size: int = 16, train_on_what: TrainOnWhat = TrainOnWhat.ALL_ASSISTANT_MESSAGES
+) -> SFTStage:
+    """The agent recipes' SFT warm start: ``steps`` steps of ``batch_size`` scripted
+    conversations at 2e-3, 20 warmup steps at most, trained on ``train_on_what`` (default: every
+    assistant turn)."""
+    return SFTStage(steps, batch_size, 2e-3, max_warmup_steps=20, train_on_what=train_on_what)
 
-    POSITIVE: ClassVar[str] = "sft_steps"
+
+@recipe_flags(group_size=4, eval_samples=1)
+class AgentRecipe(RecipeConfig, GroupFlags):
+    """The flags and the pipeline the agent recipes share. Subclasses set their own defaults
+    (:func:`~tempering.recipes._common.recipe_flags`, their stages') and ``NAME``, and implement
+    :meth:`run`."""
+
+    sft: SFTStage = stage_field(agent_sft(100), required=True)
+    """The SFT warm start on scripted data (``--sft.steps`` or ``--sft-steps``, ...)."""
+    rl: RLStage = stage_field(RLStage(4, 1e-4, batch_size=4))
+    """The RL stage (``--rl.steps`` or ``--rl-steps``, ...)."""
 
     async def play(
         self, sampler: SamplingClient, builders: Sequence[EnvGroupBuilder]
@@ -61,7 +74,6 @@ class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         train_path: Path,
         test_path: Path,
         make_task: MakeTask,
-        train_on_what: TrainOnWhat = TrainOnWhat.ALL_ASSISTANT_MESSAGES,
         extra: Mapping[str, Any] | None = None,
     ) -> RecipeResult:
         """SFT on ``train_path`` (``<out>/sft``); ``make_task(sft)`` gives the RL task and the
@@ -78,9 +90,8 @@ class AgentRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
             s.say(f"after {stage.upper()} {figures}")
             return figures
 
-        sft = SFTStage.of(self, "sft_", max_warmup_steps=20, train_on_what=train_on_what)
         run = await sft_then_rl(
-            s, sft, RLStage.of(self, "rl_"), evaluate, train_path=train_path, test_path=test_path,
-            make_task=task_of, max_tokens=self.max_tokens,
+            s, self.sft, self.rl, evaluate, train_path=train_path, test_path=test_path, make_task=task_of,
+            max_tokens=self.max_tokens,
         )  # fmt: skip
         return s.finish({**(run.before or {}), **run.after}, {**(extra or {}), **run.checkpoints()})

@@ -43,20 +43,54 @@ if TYPE_CHECKING:
 __all__ = [
     "TINY_MODEL",
     "GroupFlags",
-    "RLFlags",
     "RecipeConfig",
     "RecipeResult",
     "RecipeSession",
-    "SFTFlags",
     "default_lora_rank",
     "finish",
     "fresh_model",
+    "non_negative",
+    "positive",
     "prepare_run_dir",
     "recipe_flags",
     "recipe_learning_rate",
     "recipe_service",
     "recipe_session",
 ]
+
+
+N = TypeVar("N", int, float, int | None, float | None)
+
+
+def _bound(zero: bool) -> Callable[[object, attrs.Attribute[Any], float | None], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+        if value is not None and not (value >= 0 if zero else value > 0):
+            flag = "--" + attribute.name.replace("_", "-")
+            bound = ">= 0" if zero else "> 0"
+            raise ValueError(
+                f"{type(instance).__name__}.{attribute.name} ({flag}) must be {bound}, got {value}"
+            )
+
+    return check
+
+
+def positive(default: N) -> N:
+    """A recipe field (an attrs field of default ``default``) refused on construction unless it is
+    > 0 (``None``, a default left to the model, is not checked); the message names the class, the
+    field and its flag.
+
+    Example::
+
+        n_test: int = positive(100)   # MyRecipe(n_test=0): ValueError: ... (--n-test) must be > 0, got 0
+    """
+    field: N = attrs.field(default=default, validator=_bound(zero=False))
+    return field
+
+
+def non_negative(default: N) -> N:
+    """A recipe field refused on construction when it is < 0 (see :func:`positive`)."""
+    field: N = attrs.field(default=default, validator=_bound(zero=True))
+    return field
 
 
 @attrs.frozen(kw_only=True)
@@ -77,7 +111,7 @@ class RecipeConfig:
     """The model to start from (default: the local engine's tiny model)."""
     renderer_name: str | None = None
     """The chat format of ``base_model`` (``tempering.renderers.RENDERERS``); default: the model's."""
-    lora_rank: int | None = None
+    lora_rank: int | None = non_negative(None)
     """LoRA rank; default 0 (full fine-tuning) for the tiny model on the local engine, else 32."""
     seed: int = 0
     """Seeds the data split and order, the initialisation and the sampling."""
@@ -86,16 +120,8 @@ class RecipeConfig:
 
     NAME: ClassVar[str] = ""
     """The recipe's name (``tempering recipe NAME``; its run directory's prefix)."""
-    POSITIVE: ClassVar[str] = ""
-    """The fields that must be > 0 (names separated by spaces), checked on construction with
-    those its base classes name (the shared flag groups, :class:`SFTFlags`, ..., name theirs)."""
-    NON_NEGATIVE: ClassVar[str] = ""
-    """The fields that must be >= 0, checked likewise."""
 
     def __attrs_post_init__(self) -> None:
-        for kind, zero in (("POSITIVE", False), ("NON_NEGATIVE", True)):
-            names = (vars(cls).get(kind, "") for cls in reversed(type(self).__mro__))
-            self.check_positive(" ".join(names), zero=zero)
         self.validate()
 
     def validate(self) -> None:
@@ -114,63 +140,17 @@ class RecipeConfig:
         """The renderer of ``base_model`` (``renderer_name``, else the model's recommended one)."""
         return load_renderer(self.base_model, self.renderer_name)
 
-    def check_positive(self, names: str, *, zero: bool = False) -> None:
-        """Raise ``ValueError`` naming the class, the field and its flag when one of these fields
-        (``names``: separated by spaces) is not positive (``zero``: is negative). A field that
-        is ``None`` (its default left to the model) is not checked.
-
-        Example::
-
-            ChatSFTRecipe(steps=0)   # ValueError: ChatSFTRecipe.steps (--steps) must be > 0, got 0
-        """
-        for name in names.split():
-            value = getattr(self, name)
-            if value is not None and not (value >= 0 if zero else value > 0):
-                flag = "--" + name.replace("_", "-")
-                bound = ">= 0" if zero else "> 0"
-                raise ValueError(f"{type(self).__name__}.{name} ({flag}) must be {bound}, got {value}")
-
-
-@attrs.frozen(kw_only=True, slots=False)
-class SFTFlags:
-    """The flags of a recipe's SFT warm start (read by ``SFTStage.of(config, "sft_")``)."""
-
-    sft_steps: int = 100
-    """Optimizer steps of the SFT warm start."""
-    sft_batch_size: int = 16
-    """Examples per SFT step."""
-    sft_learning_rate: float = 1e-3
-    """Peak learning rate of the SFT warm start."""
-
-    POSITIVE: ClassVar[str] = "sft_batch_size"
-
-
-@attrs.frozen(kw_only=True, slots=False)
-class RLFlags:
-    """The flags of a recipe's RL stage (``RLStage.of(config, "rl_")``)."""
-
-    rl_steps: int = 20
-    """RL steps (batches)."""
-    rl_batch_size: int = 8
-    """Prompts (problems, secrets, questions, groups) per RL step (``P``)."""
-    rl_learning_rate: float = 1e-4
-    """Peak learning rate of the RL stage."""
-
-    POSITIVE: ClassVar[str] = "rl_steps rl_batch_size"
-
 
 @attrs.frozen(kw_only=True, slots=False)
 class GroupFlags:
     """The sampling flags of a recipe's RL and evaluation."""
 
-    group_size: int = 8
+    group_size: int = positive(8)
     """Samples per prompt (``G``), sharing it."""
-    max_tokens: int = 32
+    max_tokens: int = positive(32)
     """Tokens per sampled reply."""
-    eval_samples: int = 4
+    eval_samples: int = positive(4)
     """Samples per evaluation item, before and after RL."""
-
-    POSITIVE: ClassVar[str] = "group_size max_tokens eval_samples"
 
 
 C = TypeVar("C")
@@ -191,12 +171,12 @@ def _nearest_default(cls: type, field: attrs.Attribute[Any]) -> object:
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(attrs.field,))
 def recipe_flags(**defaults: object) -> Callable[[type[C]], type[C]]:
     """``attrs.frozen(kw_only=True)``, with the defaults of inherited flags replaced by
-    ``defaults`` (a recipe's own defaults of :class:`SFTFlags`, :class:`RLFlags`, ...).
+    ``defaults`` (a recipe's own defaults of :class:`GroupFlags`, or of a base recipe's stages).
 
     Example::
 
-        @recipe_flags(sft_steps=300, rl_steps=30)
-        class MyRecipe(RecipeConfig, SFTFlags, RLFlags):
+        @recipe_flags(group_size=16, rl=RLStage(30, 1e-4, batch_size=4))
+        class MyRecipe(RecipeConfig, GroupFlags):
             turns: int = 4
     """
 

@@ -60,7 +60,7 @@ from tempering.ad import (
 )
 from tempering.ad.evaluate import Curve
 from tempering.ad.language import evaluate_language_in_context
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
 
@@ -102,29 +102,29 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """The task (and its source learner)."""
     format: Literal["rl", "language"] = "rl"
     """``rl``: the RL-format model, trained and evaluated here; ``language``: the chat transcripts."""
-    n_tasks: int | None = None
+    n_tasks: int | None = positive(None)
     """Training tasks whose histories are logged (default: the task's preset)."""
-    n_episodes: int | None = None
+    n_episodes: int | None = positive(None)
     """Source episodes per training task."""
-    window: int | None = None
+    window: int | None = positive(None)
     """Transitions per window (the model's context)."""
-    stride: int | None = None
+    stride: int | None = positive(None)
     """Transitions between window starts."""
-    final_episodes: int | None = None
+    final_episodes: int | None = positive(None)
     """Expert distillation: windows inside each task's last this many episodes."""
-    eval_tasks: int | None = None
+    eval_tasks: int | None = positive(None)
     """Held-out tasks evaluated."""
-    eval_episodes: int | None = None
+    eval_episodes: int | None = positive(None)
     """Episodes per held-out task in context."""
-    steps: int | None = None
+    steps: int | None = positive(None)
     """Optimizer steps of each model (default: the task's preset)."""
-    batch_size: int = 16
+    batch_size: int = positive(16)
     """Windows per step."""
     learning_rate: float = 1e-3
     """Peak learning rate (AdamW, warmup then cosine)."""
-    d_model: int = 64
+    d_model: int = positive(64)
     """Transformer width."""
-    n_layers: int = 2
+    n_layers: int = positive(2)
     """Transformer layers."""
     feed_logprobs: bool = False
     """Feed the acting learner's log-probabilities to the model (``ADModelConfig.feed_logprobs``)."""
@@ -132,18 +132,14 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Leave the expert distillation baseline out."""
     device: str | None = None
     """``cpu`` or ``cuda``; default: the local engine's choice."""
-    sft_steps: int = 100
+    sft_steps: int = positive(100)
     """Language format: SFT steps of ``--base-model`` on the transcripts."""
-    sft_batch_size: int = 8
+    sft_batch_size: int = positive(8)
     """Language format: transcripts per SFT step."""
     sft_learning_rate: float = 2e-3
     """Language format: the SFT learning rate (full fine-tuning of the tiny model: 2e-3)."""
 
     NAME: ClassVar[str] = "algorithm-distillation"
-    POSITIVE: ClassVar[str] = (
-        "n_tasks n_episodes window stride final_episodes eval_tasks eval_episodes steps batch_size "
-        "d_model n_layers sft_steps sft_batch_size"
-    )
 
     def sizes(self) -> dict[str, int]:
         """The history, window and evaluation sizes: the flags, else the task's preset."""

@@ -5,11 +5,11 @@ The pipeline, built from the library's trainer (nothing here is a training loop)
 1. Data: ``train_path`` (default the shipped 400 ``arithmetic_chat.jsonl`` conversations: small
    arithmetic, word tasks, some with a system prompt, some two turns long) and ``test_path``
    (the 100 held-out ``arithmetic_chat_test.jsonl`` ones, sharing no question with the first).
-2. SFT: :func:`tempering.sft.train_supervised` for ``steps`` steps of ``batch_size``
+2. SFT: :func:`tempering.sft.train_supervised` for ``sft.steps`` steps of ``sft.batch_size``
    conversations (cross-entropy on the last assistant message), full fine-tuning of the tiny
    model on the local engine (it starts from random weights) or LoRA elsewhere
    (:func:`~tempering.recipes._common.default_lora_rank`); run directory ``<out>/sft``.
-3. Evaluation, before the first step, every ``eval_every`` steps and after the last: held-out
+3. Evaluation, before the first step, every ``sft.eval_every`` steps and after the last: held-out
    NLL per trained token (:class:`~tempering.sft.NLLEvaluator`, ``test/nll``) and the exact-match
    accuracy of the greedy reply to every held-out conversation's last user turn against its
    reference answer (:class:`~tempering.evals.reply.ReplyEvaluator`, ``test/exact_match``). A
@@ -40,13 +40,8 @@ import attrs
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, format_replies, held_out_replies, replies_json
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    fresh_model,
-    recipe_learning_rate,
-)
-from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive, recipe_learning_rate
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage, stage_field
 from tempering.renderers import get_renderer
 from tempering.training import TrainResult
 
@@ -84,18 +79,25 @@ class ChatSFTOutcome:
         }
 
 
+def chat_stage(steps: int, learning_rate: float | None = None, *, eval_every: int = 100) -> SFTStage:
+    """The chat-SFT stage: ``steps`` steps of 16 conversations (linear decay after at most 10
+    warmup steps), evaluated every ``eval_every`` steps; ``learning_rate`` unset: the recipe's
+    default for its model."""
+    return SFTStage(steps, 16, learning_rate, eval_every=eval_every, schedule="linear", max_warmup_steps=10)
+
+
 async def train_chat_sft(
     session: RecipeSession, stage: SFTStage, *, train_path: str, test_path: str
 ) -> ChatSFTOutcome:
-    """The SFT stage into ``<run dir>/sft``: ``stage`` (linear decay after at most 10 warmup
-    steps) of the fresh model of ``session.config`` (its ``base_model``, ``lora_rank``, ``seed``,
+    """The SFT stage into ``<run dir>/sft``: ``stage`` (its learning rate resolved) of the fresh
+    model of ``session.config`` (its ``base_model``, ``lora_rank``, ``seed``,
     ``renderer_name``) on the chats at ``train_path``, evaluated as the module docstring says on
     the held-out chats at ``test_path`` (replies of at most ``config.max_tokens`` tokens, the
     first ``config.show`` kept). The ``dpo`` and ``rlhf`` recipes start with it.
 
     Example::
 
-        outcome = await train_chat_sft(session, SFTStage(100, 16, 2e-3, eval_every=50),
+        outcome = await train_chat_sft(session, chat_stage(100, 2e-3, eval_every=50),
                                        train_path=train, test_path=test)
         outcome.state_path    # init_state of the next stage
     """
@@ -108,7 +110,6 @@ async def train_chat_sft(
     replies = ReplyEvaluator(
         test_items, renderer, max_tokens=config.max_tokens, n_show=config.show, seed=seed
     )
-    stage = attrs.evolve(stage, schedule="linear", max_warmup_steps=10)
     session.say(f"SFT, {stage.steps} steps of {stage.batch_size} conversations -> {session.run_dir / 'sft'}")
     result = await sft_stage(
         session, "sft", stage, model=model, train_path=train_path, test_path=test_path, seed=seed,
@@ -125,7 +126,7 @@ class ChatSFTRecipe(RecipeConfig):
 
     Example::
 
-        result = asyncio.run(ChatSFTRecipe(out="/tmp/chat", steps=40)())
+        result = asyncio.run(ChatSFTRecipe(out="/tmp/chat", sft=chat_stage(40))())
         result.figures["exact_match_after"]
     """
 
@@ -133,26 +134,20 @@ class ChatSFTRecipe(RecipeConfig):
     """Training conversations (``tempering-assets:<name>`` names a shipped file)."""
     test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out conversations: NLL, and exact match of the reply to the last user turn."""
-    steps: int = 300
-    """SFT steps (the data is repeated as needed: 25 batches an epoch at the defaults)."""
-    batch_size: int = 16
-    """Conversations per SFT step."""
-    learning_rate: float | None = None
-    """Peak learning rate (linear warmup, then linear decay); default 2e-3 for the tiny model
-    (full fine-tuning), 2e-4 otherwise (LoRA)."""
-    eval_every: int = 100
-    """Evaluate every this many steps (0: only before and after)."""
-    max_tokens: int = 16
+    sft: SFTStage = stage_field(chat_stage(300), flat="", required=True)
+    """The SFT stage: ``steps`` (the data is repeated as needed: 25 batches an epoch at the
+    defaults) of ``batch_size`` conversations, peak ``learning_rate`` (linear warmup, then linear
+    decay; default 2e-3 for the tiny model, full fine-tuning, 2e-4 otherwise, LoRA), evaluated
+    every ``eval_every`` steps (``--sft.steps``, or ``--steps`` as before, ...)."""
+    max_tokens: int = positive(16)
     """Longest reply sampled in the evaluation."""
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
     NAME: ClassVar[str] = "chat-sft"
-    POSITIVE: ClassVar[str] = "steps batch_size max_tokens"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
-        lr = recipe_learning_rate(self.base_model, self.learning_rate)
-        stage = SFTStage.of(self, "", learning_rate=lr)
+        stage = self.sft.at(recipe_learning_rate(self.base_model, self.sft.learning_rate))
         outcome = await train_chat_sft(s, stage, train_path=self.train_path, test_path=self.test_path)
         print(format_replies(outcome.before, outcome.after))
         figures = {

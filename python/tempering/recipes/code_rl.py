@@ -3,9 +3,9 @@ a sandbox.
 
 1. Problems: the shipped 40 one-function problems (``tempering-assets:code/problems.jsonl``),
    ``n_test`` held out by a seeded split.
-2. SFT warm start (``sft_steps > 0``; set 0 for a hosted instruct model): the training problems'
+2. SFT warm start (``sft.steps > 0``; set 0 for a hosted instruct model): the training problems'
    reference solutions as replies in a ```` ```python ```` block; run directory ``<out>/sft``.
-3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.code.CodeTask`: ``rl_batch_size``
+3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.code.CodeTask`: ``rl.batch_size``
    problems × ``group_size`` replies per step, each reply's program run against the problem's
    tests in a :class:`~tempering.tools.sandbox.LocalSandbox`, reward the pass fraction (or
    all-pass, ``--reward all``) minus 0.1 without a code block; run directory ``<out>/rl``.
@@ -41,12 +41,11 @@ from tempering.recipes._common import (
     GroupFlags,
     RecipeConfig,
     RecipeResult,
-    RLFlags,
-    SFTFlags,
+    positive,
     recipe_flags,
     trains_tiny_from_scratch,
 )
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering.rl.task_evals import evaluate_code
 from tempering.tools.sandbox import LocalSandbox
 from tempering_protocols import Message, SamplingClient
@@ -69,15 +68,19 @@ def write_solutions(path: Path, problems: Sequence[CodeProblem], system_prompt: 
     return write_chats(path, rows)
 
 
-@recipe_flags(
-    sft_steps=200, sft_batch_size=32, rl_steps=10, rl_batch_size=8, rl_learning_rate=1e-5, max_tokens=128
-)
-class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+@recipe_flags(max_tokens=128)
+class CodeRLRecipe(RecipeConfig, GroupFlags):
     """Code RL: SFT on reference solutions, then RL graded by tests in a sandbox; calling it runs it.
 
-    ``sft_steps`` 0 skips SFT (RL starts from the base model). ``rl_learning_rate``: 1e-4 (the
+    ``sft.steps`` 0 skips SFT (RL starts from the base model). ``rl.learning_rate``: 1e-4 (the
     other recipes' RL rate) undoes the SFT stage here (docs/recipes/code-rl.md).
     """
+
+    sft: SFTStage = stage_field(SFTStage(200, 32, 1e-3, max_warmup_steps=20))
+    """The SFT warm start on reference solutions (``--sft.steps`` or ``--sft-steps``, ...; 0 steps: none)."""
+    rl: RLStage = stage_field(RLStage(10, 1e-5, eval_every=5, batch_size=8))
+    """The RL stage (``--rl.steps`` or ``--rl-steps``, ...; ``--rl.eval-every``: evaluate the
+    policy every this many steps, 0: only before and after)."""
 
     n_test: int = 8
     """Problems held out of SFT and RL (of 40)."""
@@ -86,20 +89,16 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     init_state: str | None = None
     """A ``save_state`` checkpoint to start RL from instead of the SFT stage (which is skipped,
     with its evaluation: the figures before RL are the checkpoint's own run's)."""
-    rl_eval_every: int = 5
-    """Evaluate the RL policy every this many steps (0: only before and after)."""
-    sandbox_seconds: float = 5.0
+    sandbox_seconds: float = positive(5.0)
     """Wall- and CPU-time limit of one grading run."""
     eval_train: bool = True
     """Evaluate on the training problems too (``--no-eval-train``: on the held-out ones only, a
     fraction of the time on a real model)."""
-    eval_seeds: int = 1
+    eval_seeds: int = positive(1)
     """Evaluation seeds: each evaluation samples its replies once per seed; the figures are the
     means over the seeds, ``<figure>_sd`` (pass fraction, all-pass) their standard deviation."""
 
     NAME: ClassVar[str] = "code-rl"
-    POSITIVE: ClassVar[str] = "sandbox_seconds eval_seeds"
-    NON_NEGATIVE: ClassVar[str] = "sft_steps"
 
     def validate(self) -> None:
         self.task().problems()  # validates n_test against the problem file
@@ -109,8 +108,10 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         sandbox = LocalSandbox(
             wall_seconds=self.sandbox_seconds, cpu_seconds=max(1, round(self.sandbox_seconds))
         )
-        return from_flags(
-            CodeTask, self, "rl_", "", test_group_size=self.eval_samples, n_batches=self.rl_steps,
+        return CodeTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, group_size=self.group_size,
+            n_test=self.n_test, batch_size=self.rl.batch_size, seed=self.seed,
+            test_group_size=self.eval_samples, n_batches=self.rl.steps,
             grading=CodeGrading(sandbox=sandbox, reward=self.reward), system_prompt=CODE_SYSTEM_PROMPT,
         )  # fmt: skip
 
@@ -119,7 +120,7 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         train_problems, test_problems = task.problems()
         renderer = self.renderer()
 
-        untrained = self.sft_steps == 0 and self.init_state is None  # "before RL" is the base model
+        untrained = self.sft.steps == 0 and self.init_state is None  # "before RL" is the base model
 
         async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
             stage = "base" if stage == "sft" and untrained else stage
@@ -150,10 +151,10 @@ class CodeRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
             return write_solutions(s.run_dir / "data" / "train.jsonl", train_problems, CODE_SYSTEM_PROMPT)
 
         run = await sft_then_rl(
-            s, SFTStage.of(self, "sft_", max_warmup_steps=20), RLStage.of(self, "rl_"), evaluate,
+            s, self.sft, self.rl, evaluate,
             train_path=train_data, task=task, init_state=self.init_state, max_tokens=self.max_tokens,
             evaluate_base=True, evaluate_untrained=not trains_tiny_from_scratch(self.base_model),
-            log_trajectories=True, rl_what=f" of {self.rl_batch_size} problems x {self.group_size} replies",
+            log_trajectories=True, rl_what=f" of {self.rl.batch_size} problems x {self.group_size} replies",
         )  # fmt: skip
         details = {**(run.base or {}), **(run.before or {}), **run.after}
         headline = tuple(

@@ -185,7 +185,7 @@ class DemoConfig:
 
     def resolved(self) -> DemoConfig:
         """This config with every size it leaves unset taken from its model's preset, for code
-        that reads the flat fields (``SFTStage.of(config.resolved(), "sft_")``)."""
+        that reads the flat fields (``config.resolved().sft_steps``)."""
         sizes = attrs.asdict(self.sizes())
         del sizes["base_model"]
         return attrs.evolve(self, **sizes)

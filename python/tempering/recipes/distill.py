@@ -63,6 +63,8 @@ from tempering.recipes._common import (
     RecipeResult,
     default_lora_rank,
     fresh_model,
+    non_negative,
+    positive,
     refuse_unserved_model,
     trains_tiny_from_scratch,
 )
@@ -99,19 +101,19 @@ class OnPolicyDistillRecipe(RecipeConfig):
     """Initialises the fresh student (tiny model weights, or its LoRA adapter)."""
     n_test: int = 200
     """Held-out problems (never trained on, by any stage)."""
-    eval_samples: int = 4
+    eval_samples: int = positive(4)
     """Answers sampled per held-out problem for the accuracy and the held-out reverse KL."""
-    teacher_steps: int = 700
+    teacher_steps: int = non_negative(700)
     """SFT steps of the teacher the recipe trains (without ``--teacher``)."""
-    teacher_batch_size: int = 64
+    teacher_batch_size: int = positive(64)
     """Problems per teacher SFT step."""
     teacher_learning_rate: float = 2e-3
     """Peak learning rate of the teacher's SFT."""
-    warmup_problems: int = 1000
+    warmup_problems: int = non_negative(1000)
     """Training problems the student's warm start sees (its only labelled data)."""
-    warmup_steps: int = 600
+    warmup_steps: int = non_negative(600)
     """SFT steps of the student's warm start (0: none, distil from the fresh student)."""
-    warmup_batch_size: int = 32
+    warmup_batch_size: int = positive(32)
     """Problems per warm-start step."""
     warmup_learning_rate: float = 1e-3
     """Peak learning rate of the student's warm start."""
@@ -120,27 +122,22 @@ class OnPolicyDistillRecipe(RecipeConfig):
     warmup_weight_decay: float = 0.0
     """AdamW weight decay of the student's warm start (0.1 was worse on its 1,000 problems:
     9.5% held-out vs 15.5%)."""
-    distill_steps: int = 40
+    distill_steps: int = positive(40)
     """On-policy distillation steps."""
-    batch_size: int = 16
+    batch_size: int = positive(16)
     """Training prompts per distillation step (``P``)."""
-    group_size: int = 8
+    group_size: int = positive(8)
     """Student samples per prompt (``G``)."""
     learning_rate: float = 1e-4
     """Distillation learning rate (Adam, constant)."""
-    distill_coef: float = 1.0
+    distill_coef: float = positive(1.0)
     """Weight of the per-token reverse KL in the advantage."""
     reward_coef: float = 0.0
     """Weight of the exact-match task reward (0: pure distillation, no answers used)."""
-    max_tokens: int = 8
+    max_tokens: int = positive(8)
     """Tokens per sampled answer (the answers are at most 4 tokens and the end of turn)."""
 
     NAME: ClassVar[str] = "distill"
-    POSITIVE: ClassVar[str] = (
-        "teacher_batch_size warmup_batch_size distill_steps batch_size group_size eval_samples max_tokens "
-        "distill_coef"
-    )
-    NON_NEGATIVE: ClassVar[str] = "teacher_steps warmup_steps warmup_problems lora_rank"
 
     def validate(self) -> None:
         for name, needed, why in (
@@ -199,7 +196,11 @@ async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base:
         extra["teacher_source"] = "given"
     else:
         teacher_model = fresh_model(config, base_model=teacher_base)
-        _, teacher_path = await sft("teacher", teacher_model, train_path, SFTStage.of(config, "teacher_"))
+        teacher_stage = SFTStage(
+            config.teacher_steps, config.teacher_batch_size, config.teacher_learning_rate,
+            weight_decay=config.teacher_weight_decay,
+        )  # fmt: skip
+        _, teacher_path = await sft("teacher", teacher_model, train_path, teacher_stage)
         extra |= {"teacher_source": "trained", "teacher_run_dir": str(s.run_dir / "teacher")}
     extra["teacher_sampler_path"] = teacher_path
     teacher = await open_sampler(s.service, teacher_path, "--teacher")
@@ -225,7 +226,10 @@ async def _stages(config: OnPolicyDistillRecipe, s: RecipeSession, teacher_base:
     if config.warmup_steps > 0:
         warm = train_problems[: config.warmup_problems]
         warm_path = write_chat_jsonl(warm, s.run_dir / "data" / "warmup.jsonl")
-        stage = SFTStage.of(config, "warmup_", batch_size=min(config.warmup_batch_size, len(warm)))
+        stage = SFTStage(
+            config.warmup_steps, min(config.warmup_batch_size, len(warm)), config.warmup_learning_rate,
+            weight_decay=config.warmup_weight_decay,
+        )  # fmt: skip
         student_state, before_path = await sft("student-warmup", student_model, warm_path, stage)
         student_model = attrs.evolve(student_model, init_state=student_state)
         student_before = await open_sampler(s.service, before_path, "student warm start")

@@ -4,10 +4,10 @@ from a supervised start.
 The pipeline, built from the library's trainers (nothing here is a training loop):
 
 1. SFT start: the ``chat-sft`` stage (:func:`~tempering.recipes.chat_sft.train_chat_sft`,
-   ``sft_steps`` steps on the shipped chats; run directory ``<out>/sft``), or, with
+   ``sft.steps`` steps on the shipped chats; run directory ``<out>/sft``), or, with
    ``init_state``, an existing ``save_state`` checkpoint (no SFT stage).
 2. DPO: :class:`tempering.preference.DPOConfig` from that checkpoint (``ModelConfig.init_state``)
-   for ``dpo_steps`` steps of ``dpo_batch_size`` pairs on the shipped 300 comparisons
+   for ``dpo.steps`` steps of ``dpo.batch_size`` pairs on the shipped 300 comparisons
    (``arithmetic_preferences.jsonl``: a correct, concise answer preferred to a wrong or a
    rambling one), ``test_pairs`` of them held out; run directory ``<out>/dpo``. The reference
    is the starting policy (the trainer saves it before step 0 and records it in the run's
@@ -39,7 +39,7 @@ Example::
 
     tempering recipe dpo --out runs/dpo                       # defaults: docs/recipes/dpo.md
     tempering recipe dpo --init-state <save_state path> --dpo-steps 40
-    result = asyncio.run(DPORecipe(out="/tmp/dpo", sft_steps=60, dpo_steps=10)())
+    result = asyncio.run(DPORecipe(out="/tmp/dpo", sft=chat_stage(60), dpo=preference_stage(10, 8, 5))())
     result.figures["reward_accuracy"]
 """
 
@@ -55,17 +55,22 @@ from tempering.backend import ModelConfig
 from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
 from tempering.preference import ComparisonData, DPOConfig
 from tempering.preference.evaluation import PairLogprobs, chosen_answers, dpo_pair_figures, pair_logprobs
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    recipe_learning_rate,
-)
-from tempering.recipes.chat_sft import train_chat_sft
-from tempering.recipes.stages import RecipeSession, SFTStage, metric
+from tempering.recipes._common import RecipeConfig, RecipeResult, positive, recipe_learning_rate
+from tempering.recipes.chat_sft import chat_stage, train_chat_sft
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, stage_field
 from tempering.training import RunDir
 from tempering_protocols import LabeledComparison, Renderer
 
-__all__ = ["DPORecipe", "PreferenceRecipe"]
+__all__ = ["DPORecipe", "PreferenceRecipe", "preference_stage"]
+
+
+def preference_stage(steps: int, batch_size: int, eval_every: int) -> SFTStage:
+    """A stage on labeled comparisons (DPO, the reward model): ``steps`` steps of ``batch_size``
+    pairs, 5 warmup steps, linear decay, Adam's beta2 0.95, evaluated every ``eval_every`` steps;
+    its learning rate is the recipe's default for the model unless given."""
+    return SFTStage(
+        steps, batch_size, None, eval_every=eval_every, max_warmup_steps=5, schedule="linear", beta2=0.95
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -79,26 +84,25 @@ class PreferenceRecipe(RecipeConfig):
     """Conversations of the SFT stage (``tempering-assets:<name>`` names a shipped file)."""
     sft_test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out conversations of the SFT stage: NLL and exact-match replies."""
-    sft_steps: int = 300
-    """SFT steps before the preference stage (skipped with ``init_state``)."""
-    sft_batch_size: int = 16
-    """Conversations per SFT step."""
-    sft_learning_rate: float | None = None
-    """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
-    sft_eval_every: int = 100
-    """Evaluate SFT every this many steps (0: only before and after)."""
+    sft: SFTStage = stage_field(chat_stage(300))
+    """The SFT stage before the preference stage (skipped with ``init_state``): ``--sft.steps``
+    or ``--sft-steps``, ...; learning rate default 2e-3 for the tiny model (full fine-tuning),
+    2e-4 otherwise (LoRA)."""
     pairs_path: str = ASSET_PREFIX + "arithmetic_preferences.jsonl"
     """Labeled comparisons (``tempering-assets:<name>`` names a shipped file)."""
-    test_pairs: int = 60
+    test_pairs: int = positive(60)
     """Pairs held out of ``pairs_path`` for the evaluation."""
-    max_tokens: int = 16
+    max_tokens: int = positive(16)
     """Longest reply sampled in the evaluations."""
     show: int = 5
     """Held-out replies printed and kept in ``summary.json``."""
 
     def validate(self) -> None:
-        sft = "" if self.init_state is not None else " sft_steps sft_batch_size"
-        self.check_positive("test_pairs max_tokens" + sft)
+        if self.init_state is None and self.sft.steps < 1:
+            raise ValueError(
+                f"{type(self).__name__}.sft.steps (--sft.steps) must be > 0 without --init-state, "
+                f"got {self.sft.steps}"
+            )
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         extra: dict[str, Any] = {}
@@ -117,20 +121,16 @@ class PreferenceRecipe(RecipeConfig):
         ``extra`` (prefixed ``sft_``) and whose run directory into ``stages``."""
         if self.init_state is not None:
             return self.init_state
-        lr = recipe_learning_rate(self.base_model, self.sft_learning_rate)
-        stage = SFTStage.of(self, "sft_", learning_rate=lr)
+        stage = self.sft.at(recipe_learning_rate(self.base_model, self.sft.learning_rate))
         sft = await train_chat_sft(session, stage, train_path=self.sft_path, test_path=self.sft_test_path)
         extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
         stages["sft"] = str(session.run_dir / "sft")
         return sft.state_path
 
-    def pairs(
-        self, steps: int, batch_size: int, learning_rate: float, flag: str
-    ) -> tuple[ComparisonData, int, list[LabeledComparison], SFTStage]:
+    def pairs(self, batch_size: int, flag: str) -> tuple[ComparisonData, int, list[LabeledComparison]]:
         """The labeled comparisons in batches of ``batch_size``, their number of training
         batches and their held-out pairs (refusing, naming the batch-size ``flag``, fewer training
-        pairs than one batch or no held-out pair with a winner), and the stage that trains on them:
-        ``steps`` steps at ``learning_rate``, 5 warmup steps, linear decay, Adam's beta2 0.95."""
+        pairs than one batch or no held-out pair with a winner)."""
         data = ComparisonData(
             path=self.pairs_path, test_size=self.test_pairs, batch_size=batch_size, seed=self.seed
         )
@@ -142,8 +142,7 @@ class PreferenceRecipe(RecipeConfig):
             )
         if test is None or not chosen_answers(test.items):
             raise ValueError(f"{owner}: no held-out pairs from {data.path} (--test-pairs {data.test_size})")
-        stage = SFTStage(steps, batch_size, learning_rate, max_warmup_steps=5, schedule="linear", beta2=0.95)
-        return data, len(train), list(test.items), stage
+        return data, len(train), list(test.items)
 
     def start_model(self, start: str) -> ModelConfig:
         """The model at the ``save_state`` checkpoint ``start`` (of ``base_model``)."""
@@ -164,43 +163,39 @@ class DPORecipe(PreferenceRecipe):
 
     Example::
 
-        result = asyncio.run(DPORecipe(out="/tmp/dpo", sft_steps=60, dpo_steps=10)())
+        result = asyncio.run(DPORecipe(out="/tmp/dpo", sft=chat_stage(60), dpo=preference_stage(10, 8, 5))())
         result.figures["preference_accuracy_after"]
     """
 
-    dpo_steps: int = 60
-    """DPO steps (the pairs are repeated as needed: 30 batches an epoch at the defaults)."""
-    dpo_batch_size: int = 8
-    """Pairs per DPO step."""
-    dpo_learning_rate: float | None = None
-    """Default 1e-3 for the tiny model (full fine-tuning), 1e-5 otherwise (LoRA)."""
-    beta: float = 0.1
+    dpo: SFTStage = stage_field(
+        preference_stage(60, 8, eval_every=20), required=True, renamed={"eval-every": "eval_every"}
+    )
+    """The DPO stage: ``steps`` (the pairs are repeated as needed: 30 batches an epoch at the
+    defaults) of ``batch_size`` pairs, learning rate default 1e-3 for the tiny model (full
+    fine-tuning), 1e-5 otherwise (LoRA), evaluated every ``eval_every`` steps (``--dpo.steps`` or
+    ``--dpo-steps``, ...; ``--eval-every`` as before)."""
+    beta: float = positive(0.1)
     """DPO's β: the implicit reward is ``β log(π / π_ref)``."""
-    eval_every: int = 20
-    """Evaluate DPO every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "dpo"
-    POSITIVE: ClassVar[str] = "dpo_steps dpo_batch_size beta"
 
     async def after_sft(
         self, s: RecipeSession, start: str, extra: dict[str, Any], stages: dict[str, str]
     ) -> RecipeResult:
         # 1. the SFT start: ``start``; 2. DPO from it
         renderer = self.renderer()
-        lr = recipe_learning_rate(self.base_model, self.dpo_learning_rate, "dpo")
-        data, n_train, test_pairs, stage = self.pairs(
-            self.dpo_steps, self.dpo_batch_size, lr, "--dpo-batch-size"
-        )
+        stage = self.dpo.at(recipe_learning_rate(self.base_model, self.dpo.learning_rate, "dpo"))
+        data, n_train, test_pairs = self.pairs(stage.batch_size, "--dpo.batch-size")
         dpo = DPOConfig(
-            run=s.run_config("dpo", self.eval_every),
+            run=s.run_config("dpo", stage.eval_every),
             model=self.start_model(start),
             data=data,
             adam=stage.adam(),
             beta=self.beta,
-            num_epochs=-(-self.dpo_steps // n_train),
-            max_steps=self.dpo_steps,
+            num_epochs=-(-stage.steps // n_train),
+            max_steps=stage.steps,
         )
-        s.say(f"DPO, {self.dpo_steps} steps of {self.dpo_batch_size} pairs -> {s.run_dir / 'dpo'}")
+        s.say(f"DPO, {stage.steps} steps of {stage.batch_size} pairs -> {s.run_dir / 'dpo'}")
         result = await dpo(s.service)
         stages["dpo"] = str(s.run_dir / "dpo")
 

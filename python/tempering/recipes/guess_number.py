@@ -12,7 +12,7 @@ A randomly initialised tiny model cannot play from nothing in minutes, so the pi
 2. SFT: :func:`tempering.sft.train_supervised` on every assistant turn of the transcripts
    (format, legal guesses, using the feedback); run directory ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` from the SFT checkpoint on
-   :class:`~tempering.envs.guess_number.GuessNumberTask`: ``rl_batch_size`` training secrets ×
+   :class:`~tempering.envs.guess_number.GuessNumberTask`: ``rl.batch_size`` training secrets ×
    ``group_size`` games per step, the ``G`` games of a group sharing the secret; reward
    ``1 - turn_cost * (turns - 1)`` for finding it, 0 when the turns run out,
    ``invalid_reward`` for an invalid reply; run directory ``<out>/rl``.
@@ -27,7 +27,7 @@ A randomly initialised tiny model cannot play from nothing in minutes, so the pi
    before SFT too (``base_*``): where it started. ``summary.json`` also records the scripted
    teacher and bisection on the same secrets, for scale.
 
-Shapes: ``P`` secrets per RL step (``rl_batch_size``), ``G`` games per secret (``group_size``).
+Shapes: ``P`` secrets per RL step (``rl.batch_size``), ``G`` games per secret (``group_size``).
 
 Example::
 
@@ -57,12 +57,11 @@ from tempering.recipes._common import (
     GroupFlags,
     RecipeConfig,
     RecipeResult,
-    RLFlags,
-    SFTFlags,
+    positive,
     recipe_flags,
     trains_tiny_from_scratch,
 )
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering.rl.evaluate import evaluate_guess_number_seeds
 from tempering_protocols import SamplingClient, TrainOnWhat
 
@@ -76,48 +75,42 @@ def _describe(stats: GuessNumberStats) -> str:
     )
 
 
-@recipe_flags(
-    sft_steps=300,
-    sft_batch_size=32,
-    rl_steps=30,
-    group_size=16,
-    max_tokens=6,
-    eval_samples=16,
-)
-class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+@recipe_flags(group_size=16, max_tokens=6, eval_samples=16)
+class GuessNumberRecipe(RecipeConfig, GroupFlags):
     """Guess-number: SFT on scripted games, then multi-turn RL; calling it runs it. ``P``: secrets
-    per RL step (``rl_batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
+    per RL step (``rl.batch_size``), ``G``: games per secret (``group_size``); ``eval_samples``
     games per evaluation secret.
 
     The defaults are the measured run of docs/recipes/guess-number.md; the test runs a tiny
     budget.
     """
 
-    low: int = 0
-    """The lowest secret."""
-    high: int = 9
-    """The range of secrets; the default keeps every guess one token for the byte-level tiny model."""
-    max_turns: int = 4
-    """Guesses per game; a game not won by then scores 0."""
+    sft: SFTStage = stage_field(
+        SFTStage(300, 32, 1e-3, max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES),
+        required=True,
+    )
+    """The SFT warm start on the transcripts (``--sft.steps`` or ``--sft-steps``, ...)."""
+    rl: RLStage = stage_field(RLStage(30, 1e-4, eval_every=10, batch_size=8))
+    """The RL stage (``--rl.steps`` or ``--rl-steps``, ...; ``--rl.eval-every``: evaluate the
+    policy every this many steps, 0: only before and after)."""
+    rules: GuessNumberRules = stage_field(GuessNumberRules(low=0, high=9, max_turns=4), flat="")
+    """The game: secrets ``low..high`` (the default 0..9 keeps every guess one token for the
+    byte-level tiny model), ``max_turns`` guesses (a game not won by then scores 0), reward
+    ``1 - turn_cost * (t - 1)`` for finding the secret at turn ``t``, ``invalid_reward`` for an
+    invalid reply (not an integer in ``low..high``, or unparseable; it ends the game)
+    (``--rules.high``, or ``--high`` as before, ...)."""
     teacher: Teacher = "random"
     """The scripted player of the SFT transcripts: ``random`` (within the feasible range) or ``bisect``."""
-    turn_cost: float = 0.1
-    """Reward for finding the secret at turn ``t``: ``1 - turn_cost * (t - 1)``."""
     n_test_secrets: int = 0
     """Secrets held out of SFT and RL and evaluated on; 0 (the default): every secret is trained
     on and evaluated on, with held-out sampling seeds."""
-    invalid_reward: float = -1.0
-    """Reward for an invalid reply (not an integer in ``low..high``, or unparseable); it ends the game."""
-    sft_games: int = 4000
+    sft_games: int = positive(4000)
     """Scripted games written for the SFT stage."""
-    rl_eval_every: int = 10
-    """Evaluate the RL policy every this many steps (0: only before and after)."""
-    eval_seeds: int = 1
+    eval_seeds: int = positive(1)
     """Evaluation seeds: each evaluation plays its games once per seed; the figures pool every
     seed's games, ``<stage>_success_sd`` is the standard deviation of the per-seed success."""
 
     NAME: ClassVar[str] = "guess-number"
-    POSITIVE: ClassVar[str] = "sft_games sft_steps eval_seeds"
 
     def validate(self) -> None:
         if self.teacher not in TEACHERS:
@@ -128,9 +121,10 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
 
     def task(self) -> GuessNumberTask:
         """The RL task of this config."""
-        return from_flags(
-            GuessNumberTask, self, "rl_", "", rules=from_flags(GuessNumberRules, self),
-            test_group_size=self.group_size, n_batches=self.rl_steps,
+        return GuessNumberTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, rules=self.rules,
+            n_test_secrets=self.n_test_secrets, seed=self.seed, batch_size=self.rl.batch_size,
+            group_size=self.group_size, test_group_size=self.group_size, n_batches=self.rl.steps,
         )  # fmt: skip
 
     async def run(self, s: RecipeSession) -> RecipeResult:
@@ -138,7 +132,7 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         train_secrets, test_secrets = task.secrets()
         eval_secrets = test_secrets or train_secrets
         renderer = self.renderer()
-        low, high, max_turns = self.low, self.high, self.max_turns
+        low, high, max_turns = self.rules.low, self.rules.high, self.rules.max_turns
         eval_builders = [
             GuessNumberGroupBuilder(renderer, secret, task.rules, group_size=self.eval_samples)
             for secret in eval_secrets
@@ -166,9 +160,8 @@ class GuessNumberRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
         test_path = transcripts("test.jsonl", eval_secrets, 64, self.seed + 1)
 
         # 2. SFT warm start, 3. RL from the SFT checkpoint, each evaluated
-        sft = SFTStage.of(self, "sft_", max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
         run = await sft_then_rl(
-            s, sft, RLStage.of(self, "rl_"), evaluate, train_path=train_path, test_path=test_path, task=task,
+            s, self.sft, self.rl, evaluate, train_path=train_path, test_path=test_path, task=task,
             max_tokens=self.max_tokens, evaluate_untrained=not trains_tiny_from_scratch(self.base_model),
         )  # fmt: skip
         evaluated = run.evaluations()

@@ -10,7 +10,7 @@ writing it in ``\\boxed{}`` (:mod:`tempering.envs.math`).
    weights, 0 otherwise): the training split's worked solutions, their final ``#### n`` written
    ``\\boxed{n}`` (:func:`~tempering.data.hub.boxed_solution`); run directory ``<out>/sft``.
 3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.math.MathTask`:
-   ``rl_batch_size`` problems × ``group_size`` samples per step, reward
+   ``rl.batch_size`` problems × ``group_size`` samples per step, reward
    ``correct_weight * correct + format_weight * (boxed - 1)``; run directory ``<out>/rl``, its
    rollouts logged under ``<out>/rl/trajectories``.
 4. Held-out accuracy before RL (the SFT checkpoint, or the base model) and after: greedy, and
@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
+import attrs
+
 from tempering.data.hub import MathProblem, boxed_solution
 from tempering.envs.agent_data import write_chats
 from tempering.envs.math import DEFAULT_INSTRUCTION, MathTask, prompt_messages
@@ -38,12 +40,11 @@ from tempering.recipes._common import (
     GroupFlags,
     RecipeConfig,
     RecipeResult,
-    RLFlags,
-    SFTFlags,
-    recipe_flags,
+    non_negative,
+    positive,
     recipe_learning_rate,
 )
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering.rl.task_evals import evaluate_math
 from tempering_protocols import Message, SamplingClient
 
@@ -66,16 +67,19 @@ def write_sft_chat(problems: Sequence[MathProblem], path: Path, instruction: str
     return write_chats(path, rows)
 
 
-@recipe_flags(sft_batch_size=32, sft_learning_rate=2e-3, rl_steps=40, rl_batch_size=16)
-class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
+@attrs.frozen(kw_only=True)
+class MathRLRecipe(RecipeConfig, GroupFlags):
     """Math RL with format and correctness rewards; calling it runs it. ``P``: problems per RL
-    step (``rl_batch_size``), ``G``: samples per problem (``group_size``); ``eval_samples``:
+    step (``rl.batch_size``), ``G``: samples per problem (``group_size``); ``eval_samples``:
     answers per held-out problem at temperature 1, per evaluation seed.
 
     The defaults are the measured run of docs/recipes/math-rl.md (the tiny model on the shipped
     word problems); the test runs a tiny budget.
     """
 
+    rl: RLStage = stage_field(RLStage(40, None, eval_every=10, batch_size=16))
+    """The RL stage (``--rl.steps`` or ``--rl-steps``, ...; evaluated on the held-out problems
+    every ``eval_every`` steps too); learning rate default: 2e-4 for the tiny model, 4e-5 otherwise."""
     dataset: str = "gsm8k"
     """The schema of the data: gsm8k, math, math500, deepmath, polaris, aime (tempering.data.hub)."""
     train_source: str | None = None
@@ -91,33 +95,33 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     """Default: the test dataset's ``test`` split."""
     n_train: int | None = None
     """Read at most this many training problems (default: all)."""
-    n_test: int = 100
+    n_test: int = positive(100)
     """Held-out problems evaluated."""
     instruction: str | None = None
     """Appended to every question; default: none for the tiny model (it learns the format from
     the SFT warm-up), ``DEFAULT_INSTRUCTION`` ("Put the final answer in \\boxed{}.") otherwise."""
-    # Three shared flags whose default depends on the model (None: resolved in ``run``).
-    sft_steps: int | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
+    # The SFT warm-up is flat: its number of steps depends on the model (None: resolved in ``run``).
+    sft_steps: int | None = non_negative(None)
     """SFT warm-up steps on the training split's solutions; default 300 for the tiny model (it
     starts from random weights), 0 (none) otherwise."""
+    sft_batch_size: int = positive(32)
+    """Examples per SFT warm-up step."""
+    sft_learning_rate: float = positive(2e-3)
+    """Peak learning rate of the SFT warm-up."""
     sft_weight_decay: float = 0.1
     """AdamW weight decay of the SFT warm-up."""
-    rl_learning_rate: float | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
-    """Default: 2e-4 for the tiny model, 4e-5 otherwise."""
     correct_weight: float = 1.0
     """Reward of a correct final answer."""
     format_weight: float = 0.1
     """Weight of the format reward: 0 with a ``\\boxed{}`` answer, ``-format_weight`` without."""
     max_tokens: int | None = None  # pyright: ignore[reportIncompatibleVariableOverride]
     """Tokens per answer; default 32 for the tiny model, 1024 otherwise."""
-    eval_seeds: int = 3
+    eval_seeds: int = positive(3)
     """Evaluation seeds (the sampled accuracy is their mean; its spread their standard deviation)."""
     grader_timeout_s: float = 5.0
     """Time limit of one answer check (a timeout is a wrong answer, and counted)."""
 
     NAME: ClassVar[str] = "math-rl"
-    POSITIVE: ClassVar[str] = "n_test eval_seeds"
-    NON_NEGATIVE: ClassVar[str] = "sft_steps"
 
     def validate(self) -> None:
         self.task()  # validates the dataset names
@@ -137,12 +141,14 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
     def task(self) -> MathTask:
         """The RL task of this config."""
         source, test_source = self.train_source, self.test_source
-        return from_flags(
-            MathTask, self, "rl_", "", source=source or (_TRAIN_ASSET if self.tiny else None),
+        return MathTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
+            group_size=self.group_size, seed=self.seed, dataset=self.dataset, test_dataset=self.test_dataset,
+            test_split=self.test_split, correct_weight=self.correct_weight, format_weight=self.format_weight,
+            grader_timeout_s=self.grader_timeout_s, source=source or (_TRAIN_ASSET if self.tiny else None),
             split=self.train_split, limit=self.n_train, test_limit=self.n_test,
-            test_source=test_source or (_TEST_ASSET if self.tiny else None), n_batches=self.rl_steps,
-            test_group_size=self.eval_samples,
-            instruction=self.prompt_instruction,
+            test_source=test_source or (_TEST_ASSET if self.tiny else None), n_batches=self.rl.steps,
+            test_group_size=self.eval_samples, instruction=self.prompt_instruction,
         )  # fmt: skip
 
     async def run(self, s: RecipeSession) -> RecipeResult:
@@ -178,12 +184,14 @@ class MathRLRecipe(RecipeConfig, SFTFlags, RLFlags, GroupFlags):
 
         # 3. RL (evaluated on the held-out problems every 10 steps too)
         sft_steps = self.sft_steps if self.sft_steps is not None else (300 if self.tiny else 0)
-        lr = recipe_learning_rate(self.base_model, self.rl_learning_rate, "rl", tiny=2e-4)
-        rl = RLStage.of(self, "rl_", learning_rate=lr, eval_every=10)
+        rl = self.rl.at(recipe_learning_rate(self.base_model, self.rl.learning_rate, "rl", tiny=2e-4))
+        sft = SFTStage(
+            sft_steps, self.sft_batch_size, self.sft_learning_rate, weight_decay=self.sft_weight_decay
+        )
         run = await sft_then_rl(
-            s, SFTStage.of(self, "sft_", steps=sft_steps), rl, evaluate, train_path=train_data, task=task,
+            s, sft, rl, evaluate, train_path=train_data, task=task,
             evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True, log_trajectories=True,
-            rl_what=f" of {self.rl_batch_size} problems x {self.group_size} samples",
+            rl_what=f" of {self.rl.batch_size} problems x {self.group_size} samples",
         )  # fmt: skip
         before, after = run.before or {}, run.after
         figures = {

@@ -36,7 +36,14 @@ import attrs
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, recipe_learning_rate
+from tempering.recipes._common import (
+    RecipeConfig,
+    RecipeResult,
+    fresh_model,
+    non_negative,
+    positive,
+    recipe_learning_rate,
+)
 from tempering.recipes.stages import RecipeSession, SFTStage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import DatumDataset
@@ -85,32 +92,30 @@ class PromptDistillationRecipe(RecipeConfig):
     """Conversations whose queries the teacher answers (their answers are not used)."""
     test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out conversations: their queries, and reference answers for ``exact_match_*``."""
-    n_train: int = 400
+    n_train: int = positive(400)
     """Training queries (the first ones of ``train_path``)."""
-    n_test: int = 100
+    n_test: int = positive(100)
     """Held-out queries evaluated (the first ones)."""
     teacher: str | None = None
     """The teacher's sampler weights; ``None``: ``--base-model`` itself."""
-    teacher_temperature: float = 0.7
+    teacher_temperature: float = non_negative(0.7)
     """Temperature of the teacher's answers to the training queries."""
     targets: TargetKind = "sample"
     """``sample``: SFT on the teacher's answers; ``topk``: the teacher's top-K over them."""
-    k: int = 20
+    k: int = positive(20)
     """Teacher tokens per position with ``--targets topk``."""
     student_seed: int = 1
     """The student's initialisation (tiny model weights, or LoRA adapter seed)."""
-    steps: int = 100
+    steps: int = positive(100)
     """Optimizer steps of the student."""
-    batch_size: int = 16
+    batch_size: int = positive(16)
     """Queries per step."""
     learning_rate: float | None = None
     """Default: 2e-3 for the tiny model, the model's LoRA rate otherwise."""
-    max_tokens: int = 32
+    max_tokens: int = positive(32)
     """Longest answer, sampled from the teacher and in the evaluation."""
 
     NAME: ClassVar[str] = "prompt-distillation"
-    POSITIVE: ClassVar[str] = "n_train n_test k steps batch_size max_tokens"
-    NON_NEGATIVE: ClassVar[str] = "teacher_temperature"
 
     def validate(self) -> None:
         if not self.instructions.strip():

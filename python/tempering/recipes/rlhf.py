@@ -11,7 +11,7 @@ The pipeline, built from the library's trainers (nothing here is a training loop
    model; ``<out>/rm``. It is a pairwise model: shown a prompt and two replies it answers "A"
    or "B", and :class:`~tempering.preference.VerdictPreferenceModel` reads ``P(A better)`` from
    the two verdict tokens' logprobs, averaged over both orders (so ``P(A, B) = 1 - P(B, A)``).
-3. RL: :func:`tempering.rl.train` from the SFT weights; each step takes ``rl_prompts`` (``P``)
+3. RL: :func:`tempering.rl.train` from the SFT weights; each step takes ``rl.batch_size`` (``P``)
    prompts of the training comparisons and samples ``group_size`` (``G``) replies to each. The
    ``G`` replies play a round-robin tournament judged by the reward model
    (:class:`~tempering.envs.preference.PairwisePreferenceGroupBuilder`): a reply's reward is its win rate,
@@ -42,7 +42,7 @@ Example::
 
     tempering recipe rlhf --out runs/rlhf                     # defaults: docs/recipes/rlhf.md
     tempering recipe rlhf --init-state <save_state path> --rl-steps 20
-    result = asyncio.run(RLHFRecipe(out="/tmp/rlhf", sft_steps=60, rm_steps=10, rl_steps=4)())
+    result = asyncio.run(RLHFRecipe(out="/tmp/rlhf", sft=chat_stage(60), rl=RLStage(4, batch_size=8))())
     result.figures["rm_reward_after"]
 """
 
@@ -55,13 +55,9 @@ import attrs
 from tempering.evals.reply import format_replies, replies_json
 from tempering.preference import RewardModelConfig
 from tempering.preference.rlhf import RewardModelPrompts
-from tempering.recipes._common import (
-    RecipeResult,
-    fresh_model,
-    recipe_learning_rate,
-)
-from tempering.recipes.dpo import PreferenceRecipe
-from tempering.recipes.stages import RecipeSession, RLStage, metric, rl_stage
+from tempering.recipes._common import RecipeResult, fresh_model, non_negative, positive, recipe_learning_rate
+from tempering.recipes.dpo import PreferenceRecipe, preference_stage
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, rl_stage, stage_field
 from tempering.rl import TinkerTokenCompleter
 from tempering.rl.evaluate import evaluate_dataset
 from tempering.training.checkpoints import sampler_weights
@@ -77,38 +73,32 @@ class RLHFRecipe(PreferenceRecipe):
 
     Example::
 
-        result = asyncio.run(RLHFRecipe(out="/tmp/rlhf", sft_steps=60, rm_steps=10, rl_steps=4)())
+        result = asyncio.run(RLHFRecipe(out="/tmp/rlhf", sft=chat_stage(60), rl=RLStage(4, batch_size=8))())
         result.figures["rm_accuracy_after"], result.figures["rm_reward_after"]
     """
 
-    rm_steps: int = 60
-    """Reward-model steps (each pair is shown in both orders)."""
-    rm_batch_size: int = 8
-    """Pairs per reward-model step."""
-    rm_learning_rate: float | None = None
-    """Default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise (LoRA)."""
-    rm_eval_every: int = 20
-    """Evaluate the reward model every this many steps (0: only before and after)."""
+    rm: SFTStage = stage_field(preference_stage(60, 8, eval_every=20), required=True)
+    """The reward-model stage: ``steps`` (each pair is shown in both orders) of ``batch_size``
+    pairs, learning rate default 2e-3 for the tiny model (full fine-tuning), 2e-4 otherwise
+    (LoRA) (``--rm.steps`` or ``--rm-steps``, ...)."""
     rm_from_sft: bool = True
     """Start the reward model from the SFT weights (else from the base model)."""
-    rl_steps: int = 20
-    """RL steps against the reward model."""
-    rl_prompts: int = 8
-    """Prompts per RL step (``P``)."""
+    rl: RLStage = stage_field(
+        RLStage(20, None, eval_every=10, beta2=0.95, batch_size=8),
+        renamed={"rl-prompts": "batch_size", "eval-every": "eval_every"},
+    )
+    """The RL stage against the reward model: ``steps`` of ``batch_size`` prompts (``P``),
+    learning rate default 2e-4 for the tiny model (full fine-tuning), 4e-5 otherwise (LoRA),
+    evaluated every ``eval_every`` steps (``--rl.steps`` or ``--rl-steps``; ``--rl-prompts`` and
+    ``--eval-every`` as before)."""
     group_size: int = 4
     """Replies per prompt (``G``), compared pairwise by the reward model."""
-    rl_learning_rate: float | None = None
-    """Default 2e-4 for the tiny model (full fine-tuning), 4e-5 otherwise (LoRA)."""
-    kl_coef: float = 0.0
+    kl_coef: float = non_negative(0.0)
     """KL penalty towards the SFT policy (0: off)."""
-    eval_samples: int = 2
+    eval_samples: int = positive(2)
     """Replies sampled per held-out prompt for the reward-model evaluation."""
-    eval_every: int = 10
-    """Evaluate the RL policy every this many steps (0: only before and after)."""
 
     NAME: ClassVar[str] = "rlhf"
-    POSITIVE: ClassVar[str] = "rm_steps rm_batch_size rl_steps rl_prompts eval_samples"
-    NON_NEGATIVE: ClassVar[str] = "kl_coef"
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -125,19 +115,17 @@ class RLHFRecipe(PreferenceRecipe):
         policy = self.start_model(start)
 
         # 2. the reward model
-        lr = recipe_learning_rate(self.base_model, self.rm_learning_rate, "rm")
-        data, n_train, test_pairs, stage = self.pairs(
-            self.rm_steps, self.rm_batch_size, lr, "--rm-batch-size"
-        )
+        stage = self.rm.at(recipe_learning_rate(self.base_model, self.rm.learning_rate, "rm"))
+        data, n_train, test_pairs = self.pairs(stage.batch_size, "--rm.batch-size")
         rm_config = RewardModelConfig(
-            run=s.run_config("rm", self.rm_eval_every),
+            run=s.run_config("rm", stage.eval_every),
             model=policy if self.rm_from_sft else fresh_model(self),
             data=data,
             adam=stage.adam(),
-            num_epochs=-(-self.rm_steps // n_train),
-            max_steps=self.rm_steps,
+            num_epochs=-(-stage.steps // n_train),
+            max_steps=stage.steps,
         )
-        s.say(f"reward model, {self.rm_steps} steps of {self.rm_batch_size} pairs -> {s.run_dir / 'rm'}")
+        s.say(f"reward model, {stage.steps} steps of {stage.batch_size} pairs -> {s.run_dir / 'rm'}")
         rm = await rm_config(s.service)
         stages["rm"] = str(s.run_dir / "rm")
         rm_path = rm.final.sampler_path
@@ -146,7 +134,7 @@ class RLHFRecipe(PreferenceRecipe):
         # 3. RL of the SFT policy against the reward model
         task = RewardModelPrompts(
             data=attrs.evolve(data, batch_size=1), rm_sampler_path=rm_path, base_model=self.base_model,
-            renderer_name=self.renderer_name, batch_size=self.rl_prompts, group_size=self.group_size,
+            renderer_name=self.renderer_name, batch_size=self.rl.batch_size, group_size=self.group_size,
             test_group_size=self.eval_samples, seed=self.seed, service=s.service,
         )  # fmt: skip
         sft_path = extra.get("sft_sampler_path") or await sampler_weights(s.service, start, "sft-policy")
@@ -155,10 +143,11 @@ class RLHFRecipe(PreferenceRecipe):
         assert test_ds is not None
         sft_policy = TinkerTokenCompleter(await s.sampler(sft_path), self.max_tokens, 1.0)
         sft_eval = await evaluate_dataset(test_ds, sft_policy, seed=self.seed)
-        lr = recipe_learning_rate(self.base_model, self.rl_learning_rate, "rl", tiny=2e-4)
-        rl_stage_config = RLStage.of(self, "rl_", learning_rate=lr, eval_every=self.eval_every, beta2=0.95)
+        rl_stage_config = self.rl.at(
+            recipe_learning_rate(self.base_model, self.rl.learning_rate, "rl", tiny=2e-4)
+        )
         s.say(
-            f"RL, {self.rl_steps} steps of {self.rl_prompts} prompts x {self.group_size} replies "
+            f"RL, {self.rl.steps} steps of {self.rl.batch_size} prompts x {self.group_size} replies "
             f"-> {s.run_dir / 'rl'}"
         )
         rl = await rl_stage(

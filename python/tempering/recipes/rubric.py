@@ -10,7 +10,7 @@ score, or none in ``judge_timeout_s``, gives no reward, masks the turn, and is c
    0; half the replies are right), run directory ``<out>/judge``. With ``--judge-sft-steps 0``
    the judge is ``--judge-model``'s base weights as they are (a large hosted model).
 2. The policy: SFT on the shipped chats (``<out>/sft``), then RL from there against the judge
-   (``<out>/rl``), ``rl_batch_size`` questions × ``group_size`` replies a step.
+   (``<out>/rl``), ``rl.batch_size`` questions × ``group_size`` replies a step.
 3. Evaluation of the SFT and RL policies on the held-out questions (``eval_samples`` replies
    each, temperature 1, seeded): the judge's mean reward, the true accuracy (the reply equals
    the reference), how often the judge agrees with the truth, and its unparsed verdicts.
@@ -29,19 +29,17 @@ from typing import ClassVar
 from tempering.backend import ModelConfig
 from tempering.envs.agent_data import write_chats
 from tempering.envs.rubric_task import RubricTask, judge_examples, load_questions, rubric_figures
-from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult, default_lora_rank, recipe_flags
-from tempering.recipes.stages import Evaluate, RecipeSession, SFTStage, from_flags, sft_stage
+from tempering.recipes._agents import AgentRecipe, agent_sft
+from tempering.recipes._common import RecipeResult, default_lora_rank, non_negative, positive, recipe_flags
+from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, sft_stage
 from tempering_protocols import RLDatasetBuilder, SamplingClient, TrainOnWhat
 
 __all__ = ["RubricRecipe"]
 
 
 @recipe_flags(
-    sft_steps=300,
-    sft_batch_size=32,
-    rl_steps=20,
-    rl_batch_size=8,
+    sft=agent_sft(300, 32, train_on_what=TrainOnWhat.LAST_ASSISTANT_MESSAGE),
+    rl=RLStage(20, 1e-4, batch_size=8),
     group_size=8,
     max_tokens=12,
     eval_samples=4,
@@ -53,25 +51,19 @@ class RubricRecipe(AgentRecipe):
     NAME: ClassVar[str] = "rubric"
     judge_model: str | None = None
     """The judge's base model; default ``base_model``."""
-    judge_examples: int = 2000
+    judge_examples: int = positive(2000)
     """Scripted verdicts the judge is trained on."""
-    judge_sft_steps: int = 150
-    """SFT steps of the judge (batches of ``sft_batch_size``, learning rate 2e-3); 0: use
+    judge_sft_steps: int = non_negative(150)
+    """SFT steps of the judge (batches of ``sft.batch_size``, learning rate 2e-3); 0: use
     ``judge_model``'s base weights as the judge."""
     judge_renderer_name: str | None = None
     """The judge's renderer; default: its model's recommended one."""
     judge_timeout_s: float = 60.0
     """Time limit of one verdict; none in time gives no reward and masks the turn."""
-    judge_max_tokens: int = 16
+    judge_max_tokens: int = positive(16)
     """Tokens per verdict (a hosted judge that reasons before its score needs a few hundred)."""
-    eval_questions: int = 100
+    eval_questions: int = positive(100)
     """Held-out questions evaluated (the single-turn ones of ``arithmetic_chat_test.jsonl``: 58)."""
-
-    POSITIVE: ClassVar[str] = "judge_examples judge_max_tokens eval_questions"
-
-    def validate(self) -> None:
-        if self.judge_sft_steps < 0:
-            raise ValueError(f"RubricRecipe: judge_sft_steps must be >= 0, got {self.judge_sft_steps}")
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         from tempering import assets
@@ -94,16 +86,19 @@ class RubricRecipe(AgentRecipe):
                 base_model=judge_model, lora_rank=default_lora_rank(judge_model, self.lora_rank),
                 seed=self.seed + 1, renderer_name=self.judge_renderer_name,
             )  # fmt: skip
-            stage = SFTStage(self.judge_sft_steps, min(self.sft_batch_size, self.judge_examples), 2e-3)
+            stage = SFTStage(self.judge_sft_steps, min(self.sft.batch_size, self.judge_examples), 2e-3)
             judge_sft = await sft_stage(
                 s, "judge", stage, model=model, train_path=judge_train, test_path=judge_test, seed=self.seed
             )
             judge_path = judge_sft.final.sampler_path
 
         async def make_task(sft: object) -> tuple[RLDatasetBuilder, Evaluate[dict[str, float]]]:
-            task = from_flags(
-                RubricTask, self, "rl_", "", judge_path=judge_path, judge_model=judge_model,
-                n_batches=self.rl_steps, test=False, service=s.service,
+            task = RubricTask(
+                base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
+                group_size=self.group_size, eval_samples=self.eval_samples, seed=self.seed,
+                judge_renderer_name=self.judge_renderer_name, judge_max_tokens=self.judge_max_tokens,
+                judge_timeout_s=self.judge_timeout_s, judge_path=judge_path, judge_model=judge_model,
+                n_batches=self.rl.steps, test=False, service=s.service,
             )  # fmt: skip
             held_out = load_questions("arithmetic_chat_test.jsonl")[: self.eval_questions]
             eval_builders = task.builders(held_out, await task.judge(), self.eval_samples)
@@ -118,6 +113,5 @@ class RubricRecipe(AgentRecipe):
             train_path=assets.path("arithmetic_chat.jsonl"),
             test_path=assets.path("arithmetic_chat_test.jsonl"),
             make_task=make_task,
-            train_on_what=TrainOnWhat.LAST_ASSISTANT_MESSAGE,
             extra={"judge_checkpoint": judge_path},
         )

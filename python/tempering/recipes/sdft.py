@@ -37,7 +37,14 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.data.datums import conversations_to_datums
 from tempering.evals.reply import ReplyEvaluator, held_out_replies
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, recipe_learning_rate
+from tempering.recipes._common import (
+    RecipeConfig,
+    RecipeResult,
+    fresh_model,
+    non_negative,
+    positive,
+    recipe_learning_rate,
+)
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import DatumDataset
@@ -91,30 +98,28 @@ class SDFTRecipe(RecipeConfig):
     """Held-out rows: final-answer accuracy (the task)."""
     other_test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out chats of another task: exact match of the reply (what the training keeps)."""
-    n_train: int = 200
+    n_train: int = positive(200)
     """Training rows (the first ones)."""
-    n_test: int = 100
+    n_test: int = positive(100)
     """Held-out rows evaluated (the first ones)."""
-    n_other: int = 50
+    n_other: int = positive(50)
     """Held-out chats of the other task evaluated (the first ones)."""
     template: str = DEFAULT_TEMPLATE
     """The rewrite request, with the fields ``{question}`` and ``{answer}``."""
-    rewrite_temperature: float = 0.7
+    rewrite_temperature: float = non_negative(0.7)
     """Temperature of the rewrites."""
-    steps: int = 100
+    steps: int = positive(100)
     """SFT steps (each of SDFT and the baseline)."""
-    batch_size: int = 16
+    batch_size: int = positive(16)
     """Conversations per step."""
     learning_rate: float | None = None
     """Default: 2e-3 for the tiny model, the model's LoRA rate otherwise."""
     compare_sft: bool = True
     """Also fine-tune on the references, as a baseline."""
-    max_tokens: int = 128
+    max_tokens: int = positive(128)
     """Longest rewrite and evaluated reply."""
 
     NAME: ClassVar[str] = "sdft"
-    POSITIVE: ClassVar[str] = "n_train n_test n_other steps batch_size max_tokens"
-    NON_NEGATIVE: ClassVar[str] = "rewrite_temperature"
 
     def validate(self) -> None:
         if "{question}" not in self.template or "{answer}" not in self.template:

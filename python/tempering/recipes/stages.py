@@ -7,30 +7,29 @@ RL stages every recipe is made of.
   :meth:`RecipeSession.finish` adds ``wall_seconds``, writes ``summary.json`` and returns the
   :class:`~tempering.recipes._common.RecipeResult`.
 - :class:`SFTStage` / :class:`RLStage`: a stage's optimisation (steps, batch, learning rate,
-  schedule, evaluation period), read from a recipe's flat flags by prefix with :meth:`SFTStage.of`
-  (``--sft-steps`` → ``SFTStage.steps``), so the command line keeps one flat flag per setting.
+  schedule, evaluation period), checked by its own validators. A recipe holds its stages as
+  nested configs (:func:`stage_field`: ``sft: SFTStage``), so the command line has
+  ``--sft.steps``; the older flat spelling ``--sft-steps`` is mapped to it by one generated
+  table (:func:`tempering.cli._aliases.flat_aliases`).
 - :func:`sft_stage` / :func:`rl_stage` run a stage into ``<run dir>/<name>`` (overwritten);
   :func:`sft_then_rl` is the warm start: SFT of a fresh model, an evaluation, RL from its
-  final state, the same evaluation. :func:`from_flags` builds any attrs config (a task) the same
-  way the stages are read.
+  final state, the same evaluation.
 
 Example::
 
     @attrs.frozen(kw_only=True)
     class MyRecipe(RecipeConfig):   # --out, --base-model, --renderer-name, --lora-rank, --seed, --progress
-        sft_steps: int = 100
-        sft_batch_size: int = 16
-        sft_learning_rate: float = 2e-3
-        rl_steps: int = 10
-        rl_learning_rate: float = 1e-4
+        sft: SFTStage = stage_field(SFTStage(100, 16, 2e-3), required=True)   # --sft.steps / --sft-steps
+        rl: RLStage = stage_field(RLStage(10, 1e-4, batch_size=8))           # --rl.steps / --rl-steps
+        n_test: int = positive(50)                                            # refused below 1
 
         NAME: ClassVar[str] = "my-recipe"                # the run directory's prefix
-        POSITIVE: ClassVar[str] = "sft_steps rl_steps"   # refused below 1 on construction
 
         async def run(self, s: RecipeSession) -> RecipeResult:   # await MyRecipe()(): in a recipe_session
             async def evaluate(stage: str, sampler: SamplingClient) -> float: ...
-            run = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"), evaluate,
-                                    train_path="sft.jsonl", task=ArithmeticProblems(), max_tokens=8)
+            task = ArithmeticProblems(batch_size=self.rl.batch_size, n_batches=self.rl.steps, seed=self.seed)
+            run = await sft_then_rl(s, self.sft, self.rl, evaluate, train_path="sft.jsonl", task=task,
+                                    max_tokens=8)
             return s.finish({"before": run.before, "after": run.after})
 """
 
@@ -42,13 +41,14 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import attrs
 
+from tempering.losses import RLLossName
+from tempering.model_info import check_learning_rate
 from tempering.recipes._common import RecipeSession, recipe_session
 from tempering.training.schedule import ScheduleKind
 from tempering_protocols import SamplingClient, TrainOnWhat
 
 if TYPE_CHECKING:
     from tempering.backend import ModelConfig
-    from tempering.losses import RLLossName
     from tempering.training import AdamConfig, TrainResult
     from tempering_protocols import RLDatasetBuilder, SamplingClientEvaluator
 
@@ -58,12 +58,12 @@ __all__ = [
     "RecipeSession",
     "SFTStage",
     "WarmStart",
-    "from_flags",
     "metric",
     "recipe_session",
     "rl_stage",
     "sft_stage",
     "sft_then_rl",
+    "stage_field",
 ]
 
 T = TypeVar("T")
@@ -71,64 +71,64 @@ Evaluate = Callable[[str, SamplingClient], Awaitable[T]]
 """``evaluate(stage, sampler)``: the figures of a stage's policy (``stage``: ``"sft"`` or ``"rl"``)."""
 
 
-def from_flags(cls: Callable[..., T], config: object, *prefixes: str, **overrides: Any) -> T:
-    """``cls`` (an attrs class) built from ``config``'s flat fields: each of its fields from the
-    first ``<prefix><field>`` that ``config`` has (the others keep their defaults), then
-    ``overrides``. With no prefix, the field of the same name.
+def _at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < minimum:
+            raise ValueError(f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value}")
 
-    Example::
-
-        from_flags(SFTStage, DemoConfig(model="tiny").resolved(), "sft_")  # sft_steps, sft_batch_size, ...
-        from_flags(MathTask, recipe, "rl_", "", n_batches=recipe.rl_steps)   # rl_batch_size, then seed, ...
-    """
-    values: dict[str, Any] = {}
-    for field in attrs.fields(cls):  # pyright: ignore[reportArgumentType]
-        name: str = field.name
-        found = next((p + name for p in prefixes or ("",) if hasattr(config, p + name)), None)
-        if found is not None and name not in overrides:
-            values[name] = getattr(config, found)
-    return cls(**values, **overrides)
+    return check
 
 
-class _FromFlags:
-    @classmethod
-    def of(cls, config: object, prefix: str, **overrides: Any) -> Self:
-        """The stage read from ``config``'s flat fields ``<prefix><field>`` (:func:`from_flags`).
-
-        Example::
-
-            SFTStage.of(DemoConfig(model="tiny").resolved(), "sft_")  # sft_steps, sft_batch_size, ...
-            RLStage.of(config, "rl_", learning_rate=2e-4, eval_every=0)
-        """
-        return from_flags(cls, config, prefix, **overrides)
+def _learning_rate(instance: object, attribute: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None:
+        check_learning_rate(value, f"{type(instance).__name__}.{attribute.name}")
 
 
 @attrs.frozen
-class SFTStage(_FromFlags):
+class SFTStage:
     """A supervised stage's optimisation (also used for DPO and reward-model stages): ``steps``
     steps of ``batch_size`` examples, Adam at ``learning_rate`` (``beta2``, ``weight_decay``)
     after a linear warmup of ``min(max_warmup_steps, steps // 10)`` steps, then ``schedule``;
-    evaluated every ``eval_every`` steps (0: before and after only).
+    evaluated every ``eval_every`` steps (0: before and after only). A recipe holds it as a
+    nested config (``sft: SFTStage = stage_field(SFTStage(300, 32))``: ``--sft.steps``, or
+    the flat ``--sft-steps``); its fields are checked on construction.
 
     Example::
 
         SFTStage(600, 64, 2e-3, weight_decay=0.1).adam()
     """
 
-    steps: int
-    batch_size: int
-    learning_rate: float
+    steps: int = attrs.field(default=100, validator=_at_least(0))
+    """Optimizer steps (0: no such stage, where the recipe allows it)."""
+    batch_size: int = attrs.field(default=16, validator=_at_least(1))
+    """Examples per step."""
+    learning_rate: float | None = attrs.field(default=None, validator=_learning_rate)
+    """Peak learning rate; unset: the recipe's default for its model
+    (:func:`~tempering.recipes._common.recipe_learning_rate`)."""
     weight_decay: float = 0.0
-    eval_every: int = 0
-    max_warmup_steps: int = 50
+    """AdamW weight decay."""
+    eval_every: int = attrs.field(default=0, validator=_at_least(0))
+    """Evaluate every this many steps (0: only before and after)."""
+    max_warmup_steps: int = attrs.field(default=50, validator=_at_least(0))
+    """Longest linear warmup (the warmup is ``min(max_warmup_steps, steps // 10)`` steps)."""
     schedule: ScheduleKind = "constant"
+    """Learning-rate schedule after the warmup."""
     beta2: float = 0.98
+    """Adam's beta2."""
     train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
+    """Which tokens of a conversation are trained on."""
+
+    def at(self, learning_rate: float) -> Self:
+        """This stage at ``learning_rate`` (a recipe's resolved default)."""
+        return attrs.evolve(self, learning_rate=learning_rate)
 
     def adam(self) -> AdamConfig:
-        """The stage's :class:`~tempering.training.AdamConfig`."""
+        """The stage's :class:`~tempering.training.AdamConfig` (its learning rate must be set:
+        :meth:`at`)."""
         from tempering.training import AdamConfig, LRSchedule
 
+        if self.learning_rate is None:
+            raise ValueError("SFTStage.learning_rate is unset; resolve it first (stage.at(learning_rate))")
         warmup = min(self.max_warmup_steps, self.steps // 10)
         return AdamConfig(
             learning_rate=self.learning_rate,
@@ -139,25 +139,77 @@ class SFTStage(_FromFlags):
 
 
 @attrs.frozen
-class RLStage(_FromFlags):
-    """An RL stage's optimisation: ``steps`` steps, Adam at ``learning_rate`` (``beta2``) with
-    ``lr_schedule`` (no warmup), ``loss_fn`` with ``num_substeps`` optimizer steps per batch;
-    the loop's held-out evaluation every ``eval_every`` steps and periodic checkpoints (with
-    sampler weights) every ``save_every`` (0: at the end only).
+class RLStage:
+    """An RL stage's optimisation: ``steps`` steps of ``batch_size`` prompts (``P``; the task
+    reads it), Adam at ``learning_rate`` (``beta2``) with ``lr_schedule`` (no warmup),
+    ``loss_fn`` with ``num_substeps`` optimizer steps per batch; the loop's held-out evaluation
+    every ``eval_every`` steps and periodic checkpoints (with sampler weights) every
+    ``save_every`` (0: at the end only). A recipe holds it as a nested config (``--rl.steps``,
+    or the flat ``--rl-steps``); its fields are checked on construction.
 
     Example::
 
         RLStage(80, 2e-4, lr_schedule="linear", save_every=10)
     """
 
-    steps: int
-    learning_rate: float
+    steps: int = attrs.field(default=20, validator=_at_least(1))
+    """RL steps (batches)."""
+    learning_rate: float | None = attrs.field(default=None, validator=_learning_rate)
+    """Peak learning rate; unset: the recipe's default for its model."""
     lr_schedule: ScheduleKind = "constant"
-    eval_every: int = 0
-    save_every: int = 0
+    """Learning-rate schedule."""
+    eval_every: int = attrs.field(default=0, validator=_at_least(0))
+    """Evaluate the policy every this many steps (0: only before and after)."""
+    save_every: int = attrs.field(default=0, validator=_at_least(0))
+    """Save a checkpoint every this many steps (0: the final one only)."""
     loss_fn: RLLossName = "importance_sampling"
-    num_substeps: int = 1
+    """The policy-gradient loss."""
+    num_substeps: int = attrs.field(default=1, validator=_at_least(1))
+    """Optimizer steps per batch."""
     beta2: float = 0.98
+    """Adam's beta2."""
+    batch_size: int = attrs.field(default=8, validator=_at_least(1), kw_only=True)
+    """Prompts (problems, secrets, questions, groups) per step (``P``)."""
+
+    def at(self, learning_rate: float) -> Self:
+        """This stage at ``learning_rate`` (a recipe's resolved default)."""
+        return attrs.evolve(self, learning_rate=learning_rate)
+
+
+S = TypeVar("S", bound=attrs.AttrsInstance)
+FLAT = "tempering_flat"
+"""Field metadata: the flat prefix of a nested stage's old flags (``None``: the field's name)."""
+RENAMED = "tempering_renamed"
+"""Field metadata: older flat flag names of a nested stage's fields (``{old: field}``)."""
+
+
+def stage_field(
+    default: S, *, flat: str | None = None, renamed: Mapping[str, str] | None = None, required: bool = False
+) -> S:
+    """A recipe's nested config ``default``: a stage (:class:`SFTStage`, :class:`RLStage`) or a
+    task's settings (``GuessNumberRules``), as an attrs field typed as ``default``. On the
+    command line its fields are ``--<name>.<field>``, and the flat ``--<flat>-<field>`` too
+    (``flat`` default: the field's name; ``""``: ``--<field>``) and any older flat name in
+    ``renamed`` (``{"rl-prompts": "batch-size"}``), mapped by
+    :func:`tempering.cli._aliases.flat_aliases`. ``required``: a stage the recipe always runs
+    (its ``steps`` 0 is refused; for stages).
+
+    Example::
+
+        sft: SFTStage = stage_field(SFTStage(300, 32, 1e-3, max_warmup_steps=20), required=True)
+    """
+    metadata = {FLAT: flat, RENAMED: dict(renamed or {})}
+    validator = _runs if required else None
+    field: S = attrs.field(default=default, validator=validator, metadata=metadata)
+    return field
+
+
+def _runs(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, SFTStage | RLStage) and value.steps < 1:
+        flag = "--" + attribute.name.replace("_", "-") + ".steps"
+        raise ValueError(
+            f"{type(instance).__name__}.{attribute.name}.steps ({flag}) must be > 0, got {value.steps}"
+        )
 
 
 async def sft_stage(
@@ -235,6 +287,8 @@ async def rl_stage(
     from tempering.rl import RLConfig, train
     from tempering.training import AdamConfig, LRSchedule
 
+    if stage.learning_rate is None:
+        raise ValueError(f"RLStage.learning_rate of stage {name!r} is unset; resolve it first (stage.at(lr))")
     adam = AdamConfig(
         learning_rate=stage.learning_rate, beta2=stage.beta2, schedule=LRSchedule(stage.lr_schedule)
     )
@@ -299,8 +353,7 @@ async def sft_then_rl(
 
     Example::
 
-        run = await sft_then_rl(s, SFTStage.of(self, "sft_"), RLStage.of(self, "rl_"), evaluate,
-                                train_path=path, task=task, max_tokens=8)
+        run = await sft_then_rl(s, self.sft, self.rl, evaluate, train_path=path, task=task, max_tokens=8)
         run.before, run.after, run.checkpoints()
     """
     from tempering.backend import ModelConfig

@@ -9,7 +9,7 @@ random player, from a short supervised warm start.
    (docs/recipes/tic-tac-toe.md), which self-play then punishes.
 2. SFT: :func:`tempering.sft.train_supervised`; run directory ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` from the SFT checkpoint on self-play
-   (:class:`~tempering.envs.game_data.SelfPlayTask`): ``rl_batch_size`` groups of
+   (:class:`~tempering.envs.game_data.SelfPlayTask`): ``rl.batch_size`` groups of
    ``games_per_group`` games per step, both players of every game being the policy being
    trained (turn-taking coordinated inside the group, as in Nim); the outcome is the group
    reward: +1 win, 0 draw, -1 loss, ``illegal_reward`` for an illegal move (which loses), 0 for
@@ -23,7 +23,7 @@ random player, from a short supervised warm start.
    evaluated the same way before SFT too (``base_*``). For scale, random against random: X wins
    about 58.5%, O about 28.8%, draws 12.7%.
 
-Shapes: ``P`` groups per RL step (``rl_batch_size``), ``G = 2 * games_per_group`` players per group.
+Shapes: ``P`` groups per RL step (``rl.batch_size``), ``G = 2 * games_per_group`` players per group.
 
 Example::
 
@@ -42,15 +42,8 @@ from tempering.envs.game_data import SelfPlayTask, write_random_games
 from tempering.envs.tic_tac_toe import MARKS, Side, TicTacToeStats
 from tempering.evals.accuracy import wilson_interval
 from tempering.evals.stats import Spread
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    RLFlags,
-    SFTFlags,
-    recipe_flags,
-    trains_tiny_from_scratch,
-)
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, from_flags, sft_then_rl
+from tempering.recipes._common import RecipeConfig, RecipeResult, positive, trains_tiny_from_scratch
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering.rl.evaluate import evaluate_against_random_seeds
 from tempering.rl.policy import TinkerTokenCompleter
 from tempering_protocols import SamplingClient
@@ -65,31 +58,34 @@ def _describe(stats: dict[Side, TicTacToeStats]) -> str:
     )
 
 
-@recipe_flags(sft_steps=600, sft_batch_size=32, rl_steps=30, rl_batch_size=8)
-class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
+@attrs.frozen(kw_only=True)
+class TicTacToeRecipe(RecipeConfig):
     """Tic-tac-toe: SFT on random legal games, then self-play RL; calling it runs it.
-    ``rl_batch_size``: self-play groups per RL step (``P``).
+    ``rl.batch_size``: self-play groups per RL step (``P``).
 
     The defaults are the measured run of docs/recipes/tic-tac-toe.md; the test runs a tiny
     budget.
     """
 
-    sft_games: int = 2000
+    sft: SFTStage = stage_field(SFTStage(600, 32, 1e-3, max_warmup_steps=20), required=True)
+    """The SFT warm start on random games' positions (``--sft.steps`` or ``--sft-steps``, ...)."""
+    rl: RLStage = stage_field(RLStage(30, 1e-4, batch_size=8))
+    """The self-play RL stage (``--rl.steps`` or ``--rl-steps``, ...)."""
+    sft_games: int = positive(2000)
     """Random legal games whose positions are the SFT data (about 7.6 positions a game)."""
-    games_per_group: int = 4
+    games_per_group: int = positive(4)
     """Games per group; both players of each are members (``G = 2 * games_per_group``)."""
     illegal_reward: float = -1.0
     """Reward of a player who moves illegally (which loses the game)."""
-    max_tokens: int = 4
+    max_tokens: int = positive(4)
     """Tokens per reply."""
-    eval_games: int = 200
+    eval_games: int = positive(200)
     """Games against the random player per side (X and O) and evaluation seed, before and after RL."""
-    eval_seeds: int = 1
+    eval_seeds: int = positive(1)
     """Evaluation seeds: each evaluation plays ``eval_games`` per side once per seed; the rates
     pool every seed's games, ``spread`` in ``summary.json`` holds each rate's per-seed values."""
 
     NAME: ClassVar[str] = "tic-tac-toe"
-    POSITIVE: ClassVar[str] = "sft_games sft_steps games_per_group max_tokens eval_games eval_seeds"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         renderer = self.renderer()
@@ -115,12 +111,14 @@ class TicTacToeRecipe(RecipeConfig, SFTFlags, RLFlags):
         train_path = write_random_games(s.run_dir / "data" / "train.jsonl", self.sft_games, self.seed)
 
         # 2. SFT warm start, 3. self-play RL from the SFT checkpoint, each evaluated
-        task = from_flags(SelfPlayTask, self, "rl_", "", n_batches=self.rl_steps)
-        sft = SFTStage.of(self, "sft_", max_warmup_steps=20)
+        task = SelfPlayTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
+            games_per_group=self.games_per_group, illegal_reward=self.illegal_reward, n_batches=self.rl.steps,
+        )  # fmt: skip
         run = await sft_then_rl(
             s,
-            sft,
-            RLStage.of(self, "rl_"),
+            self.sft,
+            self.rl,
             evaluate,
             train_path=train_path,
             task=task,

@@ -15,7 +15,7 @@ is right, else 0 (also when a budget runs out, :class:`~tempering.envs.tool_use.
    and the tools' real results (chat JSONL in ``<out>/data``).
 2. SFT (every assistant turn): the tool-call format, which tool for which question, copying the
    arguments and reading the results. Run directory ``<out>/sft``.
-3. RL (:func:`tempering.rl.train`) from the SFT checkpoint, ``rl_batch_size`` questions ×
+3. RL (:func:`tempering.rl.train`) from the SFT checkpoint, ``rl.batch_size`` questions ×
    ``group_size`` episodes a step. Run directory ``<out>/rl``.
 4. Evaluation of the SFT and the RL weights on ``eval_questions`` held-out questions per kind,
    ``eval_samples`` episodes each, temperature 1, seeded: accuracy per kind, tool calls and
@@ -34,15 +34,15 @@ from typing import ClassVar
 
 from tempering.envs.agent_data import write_chats
 from tempering.envs.tool_use_task import SYSTEM, ToolUseTask, scripted_episode, tool_use_figures
-from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult, recipe_flags
-from tempering.recipes.stages import Evaluate, RecipeSession, from_flags
+from tempering.recipes._agents import AgentRecipe, agent_sft
+from tempering.recipes._common import RecipeResult, positive, recipe_flags
+from tempering.recipes.stages import Evaluate, RecipeSession, RLStage
 from tempering_protocols import RLDatasetBuilder, SamplingClient
 
 __all__ = ["ToolUseRecipe"]
 
 
-@recipe_flags(sft_steps=150, rl_steps=8, max_tokens=96, eval_samples=2)
+@recipe_flags(sft=agent_sft(150), rl=RLStage(8, 1e-4, batch_size=4), max_tokens=96, eval_samples=2)
 class ToolUseRecipe(AgentRecipe):
     """Tool use: SFT on scripted tool-using episodes, then multi-turn RL; calling it runs it.
     Figures: docs/recipes/tool-use.md; the test runs a tiny budget."""
@@ -50,14 +50,12 @@ class ToolUseRecipe(AgentRecipe):
     NAME: ClassVar[str] = "tool-use"
     test_towns: int = 15
     """Towns held out of SFT and RL (of 60); the evaluation asks about them."""
-    sft_examples: int = 600
+    sft_examples: int = positive(600)
     """Scripted tool-using episodes written for the SFT stage."""
-    max_turns: int = 4
+    max_turns: int = positive(4)
     """Assistant replies per episode (the turn budget); tool calls are capped at the same number."""
-    eval_questions: int = 5
+    eval_questions: int = positive(5)
     """Held-out questions per kind."""
-
-    POSITIVE: ClassVar[str] = "sft_examples max_turns eval_questions"
 
     def validate(self) -> None:
         if not 1 <= self.test_towns <= 50:
@@ -67,7 +65,12 @@ class ToolUseRecipe(AgentRecipe):
 
     def task(self) -> ToolUseTask:
         """The RL task of this config (no test set: the recipe evaluates by itself)."""
-        return from_flags(ToolUseTask, self, "rl_", "", n_batches=self.rl_steps, test=False)
+        return ToolUseTask(
+            base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
+            group_size=self.group_size, eval_samples=self.eval_samples, seed=self.seed,
+            test_towns=self.test_towns, eval_questions=self.eval_questions, max_turns=self.max_turns,
+            n_batches=self.rl.steps, test=False,
+        )  # fmt: skip
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         from tempering.tools import tool_prefix

@@ -40,7 +40,7 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, held_out_replies
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, recipe_learning_rate
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive, recipe_learning_rate
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import TopKDistillConfig
@@ -66,38 +66,37 @@ class TopKDistillRecipe(RecipeConfig):
     """Conversations: the teacher's SFT data, and the sequences whose answers are distilled."""
     test_path: str = ASSET_PREFIX + "arithmetic_chat_test.jsonl"
     """Held-out conversations (exact match of the reply, ``test_topk/nll``, ``test/nll``)."""
-    n_train: int | None = None
+    n_train: int | None = positive(None)
     """Use the first this many conversations of ``train_path`` (written to ``<out>/data/train.jsonl``);
     ``None``: all."""
-    n_test: int = 100
+    n_test: int = positive(100)
     """Held-out conversations evaluated (the first ones)."""
     teacher: str | None = None
     """The teacher's sampler weights; ``None``: the recipe trains one."""
     teacher_model: str | None = None
     """The teacher's base model; default ``--base-model``."""
-    teacher_steps: int = 300
+    teacher_steps: int = positive(300)
     """SFT steps of the teacher, when the recipe trains it."""
-    teacher_batch_size: int = 16
+    teacher_batch_size: int = positive(16)
     """Conversations per teacher SFT step."""
     teacher_learning_rate: float | None = None
     """Default: 2e-3 for the tiny model, the model's LoRA rate otherwise."""
     student_seed: int = 1
     """The student's initialisation (tiny model weights, or LoRA adapter seed)."""
-    k: int = 20
+    k: int = positive(20)
     """Teacher tokens per position."""
-    steps: int = 100
+    steps: int = positive(100)
     """Optimizer steps of the distillation (and of the SFT baseline)."""
-    batch_size: int = 16
+    batch_size: int = positive(16)
     """Conversations per step (distillation and baseline)."""
     learning_rate: float | None = None
     """Default as ``teacher_learning_rate``."""
     compare_sft: bool = True
     """Also train the student on the reference answers, as a baseline."""
-    max_tokens: int = 16
+    max_tokens: int = positive(16)
     """Longest reply sampled in the evaluation."""
 
     NAME: ClassVar[str] = "topk-distill"
-    POSITIVE: ClassVar[str] = "n_train n_test teacher_steps teacher_batch_size k steps batch_size max_tokens"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         teacher_model = self.teacher_model or self.base_model

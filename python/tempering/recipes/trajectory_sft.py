@@ -54,7 +54,7 @@ from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.model_info import packaged_model
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import PRESETS, DemoConfig, DemoModel
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage, stage_field
 from tempering.rl.logged_runs import check_dataset_split
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
@@ -122,14 +122,18 @@ class TrajectorySFTRecipe(RecipeConfig):
     """Held-out problems (the split must match the logged run's)."""
     eval_samples: int = 4
     """Answers sampled per held-out problem for the accuracy."""
-    steps: int = _SIZES.sft_steps
-    """Student SFT steps (default: the demo's SFT stage, as are the next three)."""
-    batch_size: int = _SIZES.sft_batch_size
-    """Examples per student SFT step."""
-    learning_rate: float = _SIZES.sft_learning_rate
-    """Peak learning rate of the student's SFT."""
-    weight_decay: float = _SIZES.sft_weight_decay
-    """AdamW weight decay of the student's SFT."""
+    sft: SFTStage = stage_field(
+        SFTStage(
+            _SIZES.sft_steps,
+            _SIZES.sft_batch_size,
+            _SIZES.sft_learning_rate,
+            weight_decay=_SIZES.sft_weight_decay,
+        ),
+        flat="",
+        required=True,
+    )
+    """The student's SFT (default: the demo's SFT stage; ``--sft.steps``, or ``--steps`` as
+    before, ``--batch-size``, ``--learning-rate``, ``--weight-decay``)."""
     teacher_sft_steps: int = _SIZES.sft_steps
     """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
     the demo (``tempering demo``'s defaults for these and every other setting)."""
@@ -176,7 +180,11 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         s.say(f"teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}")
         # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
         demo = teacher_demo(config.base_model)
-        stage = SFTStage.of(demo, "sft_", steps=config.teacher_sft_steps, eval_every=10)
+        sizes = demo.sizes()
+        stage = SFTStage(
+            config.teacher_sft_steps, sizes.sft_batch_size, sizes.sft_learning_rate,
+            weight_decay=sizes.sft_weight_decay, eval_every=10,
+        )  # fmt: skip
         sft = await sft_stage(
             s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
@@ -188,9 +196,11 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         model = ModelConfig(
             base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
         )
-        rl = RLStage.of(
-            demo, "rl_", steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate
-        )
+        rl = RLStage(
+            config.teacher_rl_steps, config.teacher_learning_rate, lr_schedule=demo.rl_lr_schedule,
+            eval_every=sizes.rl_eval_every, loss_fn=demo.rl_loss_fn, num_substeps=demo.rl_num_substeps,
+            batch_size=config.teacher_rl_batch_size,
+        )  # fmt: skip
         s.say(f"teacher RL, {config.teacher_rl_steps} steps, logged")
         await rl_stage(
             s, "teacher-rl", rl, dataset=task, model=model, max_tokens=8,
@@ -234,22 +244,22 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
             f"{log_dir}: no episode passed the filters ({int(figures['episodes_logged'])} logged, "
             f"min reward {config.min_reward}); lower --min-reward or train the teacher longer"
         )
-    train_ds = supervised_dataset(examples, batch_size=config.batch_size, seed=config.seed)
+    stage = config.sft
+    train_ds = supervised_dataset(examples, batch_size=stage.batch_size, seed=config.seed)
 
     # 4. the student: a fresh model, SFT on the examples
     s.say(
-        f"student SFT on {len(examples)} examples ({config.mode}), {config.steps} steps "
+        f"student SFT on {len(examples)} examples ({config.mode}), {stage.steps} steps "
         f"-> {s.run_dir / 'student'}"
     )
-    stage = SFTStage.of(config, "")
     student = await train_supervised(
         config,
         run=s.run_config("student"),
         model=fresh_model(config),
         adam=stage.adam(),
         train=train_ds,
-        num_epochs=math.ceil(config.steps / len(train_ds)),
-        max_steps=config.steps,
+        num_epochs=math.ceil(stage.steps / len(train_ds)),
+        max_steps=stage.steps,
         service=s.service,
     )
     extra["student_checkpoint"] = student.final.sampler_path

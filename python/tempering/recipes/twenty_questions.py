@@ -12,7 +12,7 @@ secret and its category, answers (:mod:`tempering.envs.twenty_questions`). Winni
 2. SFT (every assistant turn) of one model on both roles; run directory ``<out>/sft``.
 3. RL of the asker from the SFT checkpoint; the answerer is the SFT checkpoint, frozen
    (``--answerer-model``: another model's base weights instead, e.g. a large hosted model).
-   ``rl_batch_size`` secrets × ``group_size`` games a step. Run directory ``<out>/rl``.
+   ``rl.batch_size`` secrets × ``group_size`` games a step. Run directory ``<out>/rl``.
 4. Evaluation of the SFT and RL askers against the same answerer: every secret,
    ``eval_samples`` games each, temperature 1, seeded: win rate, questions a game, and the
    answerer's unusable replies.
@@ -33,9 +33,9 @@ import attrs
 from tempering.envs.agent_data import write_chats
 from tempering.envs.twenty_questions import load_words, twenty_questions_stats
 from tempering.envs.twenty_questions_task import TwentyQuestionsTask, scripted_game
-from tempering.recipes._agents import AgentRecipe
-from tempering.recipes._common import RecipeResult, recipe_flags
-from tempering.recipes.stages import Evaluate, RecipeSession, from_flags
+from tempering.recipes._agents import AgentRecipe, agent_sft
+from tempering.recipes._common import RecipeResult, positive, recipe_flags
+from tempering.recipes.stages import Evaluate, RecipeSession, RLStage
 from tempering_protocols import Message, RLDatasetBuilder, SamplingClient
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["TwentyQuestionsRecipe"]
 
 
-@recipe_flags(sft_steps=120, rl_steps=8, rl_batch_size=2, group_size=8, max_tokens=40)
+@recipe_flags(sft=agent_sft(120), rl=RLStage(8, 1e-4, batch_size=2), group_size=8, max_tokens=40)
 class TwentyQuestionsRecipe(AgentRecipe):
     """Twenty questions: SFT on scripted games (both roles), then RL of the asker against the
     frozen answerer; calling it runs it. ``max_tokens``: per question (the tiny model's tokens are
@@ -57,14 +57,12 @@ class TwentyQuestionsRecipe(AgentRecipe):
     """The answerer's base model (its base weights, untrained); default: the SFT checkpoint."""
     answerer_renderer_name: str | None = None
     """The answerer's renderer; default: its model's recommended one."""
-    max_turns: int = 20
+    max_turns: int = positive(20)
     """Questions per game; a game not won by then scores 0."""
     turn_cost: float = 0.02
     """A win at question ``t`` scores ``1 - turn_cost * (t - 1)``."""
-    sft_games: int = 1000
+    sft_games: int = positive(1000)
     """Scripted games written for the SFT stage."""
-
-    POSITIVE: ClassVar[str] = "max_turns sft_games"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         words = load_words()
@@ -81,9 +79,12 @@ class TwentyQuestionsRecipe(AgentRecipe):
         async def make_task(sft: TrainResult | None) -> tuple[RLDatasetBuilder, Evaluate[dict[str, float]]]:
             assert sft is not None
             answerer_path = None if self.answerer_model else sft.final.sampler_path
-            task = from_flags(
-                TwentyQuestionsTask, self, "rl_", "", answerer_path=answerer_path, n_batches=self.rl_steps,
-                test=False, service=s.service,
+            task = TwentyQuestionsTask(
+                base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
+                group_size=self.group_size, eval_samples=self.eval_samples, seed=self.seed,
+                answerer_model=self.answerer_model, answerer_renderer_name=self.answerer_renderer_name,
+                max_turns=self.max_turns, turn_cost=self.turn_cost, answerer_path=answerer_path,
+                n_batches=self.rl.steps, test=False, service=s.service,
             )  # fmt: skip
             eval_builders = task.eval_builders(await task.answerer())
 

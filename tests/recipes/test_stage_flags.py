@@ -1,0 +1,149 @@
+"""Recipes hold their stages as nested configs (``sft: SFTStage``, ``rl: RLStage``), checked by
+the stages' validators; the old flat flags (``--sft-steps``) still work through the table that
+``tempering.cli._aliases`` generates from the config classes, and every recipe keeps the
+defaults its flat flags had (the table below: the flat defaults of main at de14eb7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from tempering.cli import _tyro_cli
+from tempering.cli._aliases import expand_aliases, flat_aliases
+from tempering.recipes import RECIPES, load_recipe
+from tempering.recipes.chat_sft import ChatSFTRecipe, chat_stage
+from tempering.recipes.dpo import DPORecipe
+from tempering.recipes.guess_number import GuessNumberRecipe
+from tempering.recipes.stages import FLAT, RENAMED, RLStage, SFTStage
+
+# Every stage flag each recipe had before its stages were nested, with its default then.
+_FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "chat-sft": {"steps": 300, "batch-size": 16, "learning-rate": None, "eval-every": 100},
+    "dpo": {
+        "sft-steps": 300, "sft-batch-size": 16, "sft-learning-rate": None, "sft-eval-every": 100,
+        "dpo-steps": 60, "dpo-batch-size": 8, "dpo-learning-rate": None, "eval-every": 20,
+    },
+    "rlhf": {
+        "sft-steps": 300, "sft-batch-size": 16, "sft-learning-rate": None, "sft-eval-every": 100,
+        "rl-steps": 20, "rl-prompts": 8, "rl-learning-rate": None, "eval-every": 10, "rm-steps": 60,
+        "rm-batch-size": 8, "rm-learning-rate": None, "rm-eval-every": 20, "rm-from-sft": True,
+    },
+    "guess-number": {
+        "rl-steps": 30, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 300, "sft-batch-size": 32,
+        "sft-learning-rate": 1e-3, "sft-games": 4000, "rl-eval-every": 10, "low": 0, "high": 9,
+        "max-turns": 4, "turn-cost": 0.1, "invalid-reward": -1.0,
+    },
+    "tic-tac-toe": {
+        "rl-steps": 30, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 600, "sft-batch-size": 32,
+        "sft-learning-rate": 1e-3, "sft-games": 2000,
+    },
+    "math-rl": {
+        "rl-steps": 40, "rl-batch-size": 16, "sft-batch-size": 32, "sft-learning-rate": 2e-3,
+        "sft-steps": None, "sft-weight-decay": 0.1, "rl-learning-rate": None,
+    },
+    "code-rl": {
+        "rl-steps": 10, "rl-batch-size": 8, "rl-learning-rate": 1e-5, "sft-steps": 200, "sft-batch-size": 32,
+        "sft-learning-rate": 1e-3, "rl-eval-every": 5,
+    },
+    "trajectory-sft": {"steps": 600, "batch-size": 64, "learning-rate": 2e-3, "weight-decay": 0.1},
+    "algorithm-distillation": {"sft-steps": 100, "sft-batch-size": 8, "sft-learning-rate": 2e-3},
+    "tool-use": {
+        "rl-steps": 8, "rl-batch-size": 4, "rl-learning-rate": 1e-4, "sft-steps": 150, "sft-batch-size": 16,
+        "sft-learning-rate": 2e-3, "sft-examples": 600,
+    },
+    "rubric": {
+        "rl-steps": 20, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 300, "sft-batch-size": 32,
+        "sft-learning-rate": 2e-3,
+    },
+    "twenty-questions": {
+        "rl-steps": 8, "rl-batch-size": 2, "rl-learning-rate": 1e-4, "sft-steps": 120, "sft-batch-size": 16,
+        "sft-learning-rate": 2e-3, "sft-games": 1000,
+    },
+}  # fmt: skip
+
+
+def _value(config: object, flag: str, aliases: dict[str, str]) -> object:
+    """The value of ``--flag`` in ``config``: a top-level field, else a nested one by the table."""
+    path = aliases.get(flag, flag).replace("-", "_").split(".")
+    for part in path:
+        config = getattr(config, part)
+    return config
+
+
+@pytest.mark.parametrize("name", sorted(_FLAT_DEFAULTS))
+def test_old_flat_flags_keep_their_defaults(name: str) -> None:
+    cls = load_recipe(name)
+    aliases, config = flat_aliases(cls), cls()
+    for flag, default in _FLAT_DEFAULTS[name].items():
+        assert _value(config, flag, aliases) == default, f"{name} --{flag}"
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_alias_table_targets_real_nested_flags(name: str) -> None:
+    cls = load_recipe(name)
+    own = {f.name.replace("_", "-") for f in attrs.fields(cls)}
+    for old, new in flat_aliases(cls).items():
+        assert old not in own, f"{name}: --{old} is a real flag and an alias"
+        group, _, leaf = new.partition(".")
+        stage = attrs.fields_dict(cls)[group.replace("-", "_")].default
+        assert leaf.replace("-", "_") in attrs.fields_dict(type(stage)), f"{name}: --{old} -> --{new}"
+
+
+def test_both_spellings_parse_to_one_config() -> None:
+    flat = ["--sft-steps", "16", "--rl-batch-size=2", "--rl-eval-every", "1", "--rl-learning-rate", "3e-4"]
+    nested = ["--sft.steps", "16", "--rl.batch-size=2", "--rl.eval-every", "1", "--rl.learning-rate", "3e-4"]
+    a = _tyro_cli(GuessNumberRecipe, [*flat, "--high", "7"], "t", "t")
+    b = _tyro_cli(GuessNumberRecipe, [*nested, "--rules.high", "7"], "t", "t")
+    assert a == b
+    assert (a.sft.steps, a.rl.batch_size, a.rl.eval_every, a.rl.learning_rate) == (16, 2, 1, 3e-4)
+    assert a.sft.batch_size == 32  # the recipe's own default, kept beside the flag given
+    assert (a.rules.low, a.rules.high, a.rules.max_turns) == (0, 7, 4)  # a task's settings nest too
+    chat = _tyro_cli(ChatSFTRecipe, ["--steps", "30", "--learning-rate", "1e-3"], "t", "t")
+    assert (chat.sft.steps, chat.sft.learning_rate, chat.sft.eval_every) == (30, 1e-3, 100)
+    assert expand_aliases(ChatSFTRecipe, ["--steps", "3", "--", "--steps"]) == [
+        "--sft.steps",
+        "3",
+        "--",
+        "--steps",
+    ]
+
+
+def test_a_flag_given_both_ways_is_refused() -> None:
+    from tempering.cli._checks import FlagError
+
+    with pytest.raises(
+        FlagError, match=r"--sft-steps and --sft\.steps are both given; they set the same --sft\.steps"
+    ):
+        _tyro_cli(GuessNumberRecipe, ["--sft-steps", "3", "--sft.steps", "4"], "t", "t")
+    with pytest.raises(FlagError, match=r"--sft-steps is given twice"):
+        _tyro_cli(GuessNumberRecipe, ["--sft-steps", "3", "--sft-steps=4"], "t", "t")
+
+
+def test_stages_validate_their_fields() -> None:
+    with pytest.raises(ValueError, match=r"SFTStage\.batch_size must be >= 1, got 0"):
+        SFTStage(10, 0)
+    with pytest.raises(ValueError, match=r"SFTStage\.steps must be >= 0, got -1"):
+        SFTStage(-1)
+    with pytest.raises(ValueError, match=r"RLStage\.steps must be >= 1, got 0"):
+        RLStage(0)
+    with pytest.raises(ValueError, match=r"RLStage\.batch_size must be >= 1, got 0"):
+        RLStage(5, batch_size=0)
+    with pytest.raises(ValueError, match=r"RLStage\.learning_rate must be a positive number, got 0"):
+        RLStage(5, 0.0)  # an explicit 0 is refused, never replaced by the default
+    with pytest.raises(
+        ValueError, match=r"GuessNumberRecipe\.sft\.steps \(--sft\.steps\) must be > 0, got 0"
+    ):
+        GuessNumberRecipe(sft=SFTStage(0, 32, 1e-3))
+    with pytest.raises(ValueError, match=r"DPORecipe\.sft\.steps \(--sft\.steps\) must be > 0 without"):
+        DPORecipe(sft=chat_stage(0))
+    DPORecipe(sft=chat_stage(0), init_state="tempering://some/weights/final")  # no SFT stage: allowed
+    with pytest.raises(ValueError, match="resolve it first"):
+        SFTStage(3).adam()
+
+
+def test_stage_field_metadata_keys_match_the_cli() -> None:
+    from tempering.cli import _aliases
+
+    assert (_aliases._FLAT, _aliases._RENAMED) == (FLAT, RENAMED)
