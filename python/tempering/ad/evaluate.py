@@ -1,8 +1,8 @@
 """In-context evaluation, online: a frozen model acts in held-out tasks for ``n_episodes``
 episodes, its context (its own states, actions and rewards since the earliest episode start
 that leaves at most ``context`` transitions, so that, like every training window, the context
-begins at an episode start) carried across episodes; return per episode. Baselines on the same tasks: the source learner's own
-learning curve, and a uniformly random policy.
+begins at an episode start) carried across episodes; return per episode. Baselines on the same
+tasks: the source learner's own learning curve, and a uniformly random policy.
 
 Shapes: ``N`` held-out tasks (played side by side as one batch), ``E`` episodes, ``T``
 transitions in the context.
