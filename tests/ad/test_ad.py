@@ -219,12 +219,21 @@ def test_logprobs_reach_the_model_only_when_fed(feed: bool) -> None:
     assert torch.equal(one, two) != feed
 
 
-@pytest.mark.parametrize("tokens", ["transition", "sar"])
-def test_the_model_is_causal_and_never_sees_the_action_it_predicts(tokens: str) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "previous_state"), [("transition", False), ("transition", True), ("sar", False)]
+)
+def test_the_model_is_causal_and_never_sees_the_action_it_predicts(tokens: str, previous_state: bool) -> None:
     from tempering.ad import ADTransformer
 
     torch.manual_seed(0)
-    config = ADModelConfig(n_states=3, n_actions=4, context=8, d_model=16, tokens=tokens)  # type: ignore[arg-type]
+    config = ADModelConfig(
+        n_states=3,
+        n_actions=4,
+        context=8,
+        d_model=16,
+        tokens=tokens,
+        previous_state=previous_state,  # type: ignore[arg-type]
+    )
     model = ADTransformer(config).eval()
     s, a, r, lp = torch.randint(3, (2, 8)), torch.randint(4, (2, 8)), torch.rand(2, 8), torch.zeros(2, 8)
     a2, r2 = a.clone(), r.clone()

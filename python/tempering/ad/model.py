@@ -7,7 +7,8 @@ Two ways to turn transitions into tokens (``ADModelConfig.tokens``):
 embedding ``s_t`` and the *previous* transition's action and reward: an embedding of
 ``a_{t-1}``, a projection of ``r_{t-1}``, and ``r_{t-1}`` times a second embedding of
 ``a_{t-1}`` (so the token says which action paid, not only that something paid); plus a
-projection of ``l_{t-1}`` with ``feed_logprobs``. The first token of a window has a learned
+projection of ``l_{t-1}`` with ``feed_logprobs``, and an embedding of ``s_{t-1}`` with
+``previous_state``. The first token of a window has a learned
 "no previous transition" embedding instead. Each action sits in the same token as its reward,
 so one attention layer can sum, per action, its pulls and its payoffs (what a bandit learner
 acts on); and a window of ``T`` transitions is ``T`` tokens, three times shorter than
@@ -82,6 +83,11 @@ class ADModelConfig:
     dropout: float = 0.0
     tokens: Tokens = "transition"
     """How transitions become tokens; see the module docstring."""
+    previous_state: bool = False
+    """``tokens="transition"`` only: add an embedding of ``s_{t-1}`` (a table of its own) to
+    token ``t``, which then holds the whole transition ``(s_{t-1}, a_{t-1}, r_{t-1}, s_t)``: "at
+    this state I did this and got that" is one token, for one attention layer to look up
+    (where a state is visited more than once, as in Dark Room; a bandit has one state)."""
     label_smoothing: float = 0.0
     """Label smoothing of the action cross-entropy."""
     feed_logprobs: bool = False
@@ -100,6 +106,8 @@ class ADModelConfig:
             )
         if self.tokens not in ("transition", "sar"):
             raise ValueError(f"ADModelConfig.tokens must be 'transition' or 'sar', got {self.tokens!r}")
+        if self.previous_state and self.tokens != "transition":
+            raise ValueError("ADModelConfig: previous_state needs tokens='transition'")
         if not 0.0 <= self.label_smoothing < 1.0 or not 0.0 <= self.dropout < 1.0:
             raise ValueError(
                 f"ADModelConfig: label_smoothing and dropout must be in [0, 1), got "
@@ -176,6 +184,7 @@ class ADTransformer(nn.Module):
         self.logprob_head = nn.Linear(d, 1)
         self.reward_head = nn.Linear(d, 1 if sar else n_a)
         self.state_head = nn.Linear(d, n_s if sar else n_a * n_s)
+        self.previous_state_emb = nn.Embedding(n_s, d) if config.previous_state else None
 
     def _tokens_sar(
         self, s_BT: torch.Tensor, a_BT: torch.Tensor, r_BT: torch.Tensor, l_BT: torch.Tensor
@@ -196,6 +205,8 @@ class ADTransformer(nn.Module):
         prev_BTD = a_BTD + self.reward_proj(r_BT1) + r_BT1 * self.extra_emb(a_BT)
         if self.config.feed_logprobs:
             prev_BTD = prev_BTD + self.logprob_proj(l_BT.unsqueeze(-1))
+        if self.previous_state_emb is not None:
+            prev_BTD = prev_BTD + self.previous_state_emb(s_BT)
         none_B1D = self.extra_emb.weight[self.config.n_actions].expand(s_BT.shape[0], 1, -1)
         prev_BTD = torch.cat([none_B1D, prev_BTD[:, :-1]], dim=1)  # token t: transition t - 1
         return self.state_emb(s_BT) + prev_BTD

@@ -130,6 +130,9 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     tokens: Tokens = "transition"
     """How transitions become tokens (``ADModelConfig.tokens``): ``transition`` (one token: the
     state with the previous action and its reward) or ``sar`` (three tokens, the old scheme)."""
+    previous_state: bool = False
+    """With ``--tokens transition``: token ``t`` also embeds ``s_{t-1}``
+    (``ADModelConfig.previous_state``)."""
     label_smoothing: float = 0.0
     """Label smoothing of the action cross-entropy."""
     dropout: float = 0.0
@@ -185,7 +188,8 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
         d_model=config.d_model, n_layers=config.n_layers, feed_logprobs=config.feed_logprobs,
-        tokens=config.tokens, label_smoothing=config.label_smoothing, dropout=config.dropout,
+        tokens=config.tokens, previous_state=config.previous_state,
+        label_smoothing=config.label_smoothing, dropout=config.dropout,
     )  # fmt: skip
     datasets = {"ad": ad_data}
     if not config.skip_ed:
