@@ -269,3 +269,12 @@ def test_the_evaluation_context_starts_at_an_episode_start_like_training_windows
     # steps 0..11 grow the context from episode 0's start; then it starts at episode 1's, 2's
     expected = list(range(1, 13)) + [7 + k for k in range(6)] + [7 + k for k in range(6)]
     assert recorder.lengths == expected
+
+
+def test_model_config_names_bad_options() -> None:
+    with pytest.raises(ValueError, match="previous_state needs tokens='transition'"):
+        ADModelConfig(n_states=3, n_actions=4, context=8, tokens="sar", previous_state=True)
+    with pytest.raises(ValueError, match="tokens must be 'transition' or 'sar', got 'sars'"):
+        ADModelConfig(n_states=3, n_actions=4, context=8, tokens="sars")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="label_smoothing and dropout must be in"):
+        ADModelConfig(n_states=3, n_actions=4, context=8, label_smoothing=1.0)
