@@ -217,3 +217,64 @@ def test_logprobs_reach_the_model_only_when_fed(feed: bool) -> None:
         two = model(s, a, r, -torch.ones(2, 8)).action_logits_BTA
     assert torch.equal(one[:, 0], two[:, 0])  # the first state token sees no logprob
     assert torch.equal(one, two) != feed
+
+
+@pytest.mark.parametrize(
+    ("tokens", "previous_state"), [("transition", False), ("transition", True), ("sar", False)]
+)
+def test_the_model_is_causal_and_never_sees_the_action_it_predicts(tokens: str, previous_state: bool) -> None:
+    from tempering.ad import ADTransformer
+
+    torch.manual_seed(0)
+    config = ADModelConfig(
+        n_states=3,
+        n_actions=4,
+        context=8,
+        d_model=16,
+        tokens=tokens,
+        previous_state=previous_state,  # type: ignore[arg-type]
+    )
+    model = ADTransformer(config).eval()
+    s, a, r, lp = torch.randint(3, (2, 8)), torch.randint(4, (2, 8)), torch.rand(2, 8), torch.zeros(2, 8)
+    a2, r2 = a.clone(), r.clone()
+    a2[:, 4], r2[:, 4] = (a[:, 4] + 1) % 4, r[:, 4] + 1.0  # transition 4's action and reward
+    with torch.no_grad():
+        one, two = model(s, a, r, lp), model(s, a2, r2, lp)
+    assert torch.equal(one.action_logits_BTA[:, :5], two.action_logits_BTA[:, :5])  # a_4 unseen at 4
+    assert not torch.allclose(one.action_logits_BTA[:, 5:], two.action_logits_BTA[:, 5:])
+    assert one.reward_BT.shape == one.logprob_BT.shape == (2, 8)
+    assert one.state_logits_BTS.shape == (2, 8, 3)
+
+
+class _Recorder(torch.nn.Module):
+    """Wraps a model and records the context length of every call."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.lengths = model, list[int]()
+        self.config = model.config
+
+    def forward(self, *args: torch.Tensor) -> object:
+        self.lengths.append(args[0].shape[1])
+        return self.model(*args)
+
+
+def test_the_evaluation_context_starts_at_an_episode_start_like_training_windows() -> None:
+    from tempering.ad import ADTransformer
+
+    family = DarkRoomFamily(size=5, horizon_steps=6)
+    model = ADTransformer(ADModelConfig(n_states=25, n_actions=5, context=12, d_model=16))
+    recorder = _Recorder(model)
+    evaluate_in_context(recorder, family, [0, 1], 4)  # type: ignore[arg-type]
+    # steps 0..11 grow the context from episode 0's start; then it starts at episode 1's, 2's
+    expected = list(range(1, 13)) + [7 + k for k in range(6)] + [7 + k for k in range(6)]
+    assert recorder.lengths == expected
+
+
+def test_model_config_names_bad_options() -> None:
+    with pytest.raises(ValueError, match="previous_state needs tokens='transition'"):
+        ADModelConfig(n_states=3, n_actions=4, context=8, tokens="sar", previous_state=True)
+    with pytest.raises(ValueError, match="tokens must be 'transition' or 'sar', got 'sars'"):
+        ADModelConfig(n_states=3, n_actions=4, context=8, tokens="sars")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="label_smoothing and dropout must be in"):
+        ADModelConfig(n_states=3, n_actions=4, context=8, label_smoothing=1.0)

@@ -32,7 +32,7 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     curves = RunDir(out / "in-context").read_metrics()
     assert [c["step"] for c in curves] == [0, 1, 2]
     assert {"return/ad", "return/ed", "return/source", "return/random"} <= set(curves[0])
-    assert len(RunDir(out / "ad-model").read_metrics()) == 4
+    assert [m["step"] for m in RunDir(out / "ad-model").read_metrics()] == [0, 3]  # every 10th, the last
     assert read_histories(out / "histories").n_tasks == 4
 
 

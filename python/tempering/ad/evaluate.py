@@ -1,7 +1,8 @@
 """In-context evaluation, online: a frozen model acts in held-out tasks for ``n_episodes``
-episodes, its context (the last ``context`` transitions, its own actions and rewards) carried
-across episodes; return per episode. Baselines on the same tasks: the source learner's own
-learning curve, and a uniformly random policy.
+episodes, its context (its own states, actions and rewards since the earliest episode start
+that leaves at most ``context`` transitions, so that, like every training window, the context
+begins at an episode start) carried across episodes; return per episode. Baselines on the same
+tasks: the source learner's own learning curve, and a uniformly random policy.
 
 Shapes: ``N`` held-out tasks (played side by side as one batch), ``E`` episodes, ``T``
 transitions in the context.
@@ -82,7 +83,8 @@ def evaluate_in_context(
     for e in range(n_episodes):
         states_NT[:, i] = torch.tensor([t.reset() for t in tasks], device=device)
         for _ in range(h):
-            lo = max(0, i + 1 - w)
+            # the context starts at an episode start, as every training window does
+            lo = max(0, -((w - i - 1) // h) * h)
             out = model(states_NT[:, lo : i + 1], actions_NT[:, lo : i + 1], rewards_NT[:, lo : i + 1],
                         logprobs_NT[:, lo : i + 1])  # fmt: skip
             logp_NA = torch.log_softmax(out.action_logits_BTA[:, -1].float(), dim=-1)

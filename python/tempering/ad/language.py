@@ -1,6 +1,7 @@
 """In-context evaluation of a language model on the language format: the same held-out tasks
 and episodes as :func:`~tempering.ad.evaluate.evaluate_in_context`, but the context is the
-transcript (:func:`~tempering.ad.dataset.transcript`) of the last ``window`` transitions, the
+transcript (:func:`~tempering.ad.dataset.transcript`) of at most ``window`` transitions from an
+episode start (as every training window begins), the
 model answers each state with an assistant message, and that message is read back as the
 action whose words it is. A reply that names no action counts as an invalid action: a uniformly
 random action is taken in its place (the count is returned).
@@ -65,7 +66,7 @@ async def evaluate_language_in_context(
         for _ in range(h):
             futures = []
             for k in range(n):
-                lo = max(0, i + 1 - window)
+                lo = max(0, -((window - i - 1) // h) * h)  # an episode start, as in training
                 s_T = np.asarray([*states[k][lo:], current[k]], dtype=np.int64)
                 a_T = np.asarray([*actions[k][lo:], 0], dtype=np.int64)
                 r_T = np.asarray([*rewards[k][lo:], 0.0], dtype=np.float32)

@@ -157,5 +157,7 @@ class ChatProblems(HeldOutTask):
                 "answered by the assistant"
             )
         grader = ScaledExactMatch(self.reward_coef)
-        train_ds = self.dataset_of(ProblemDataset, train, grader=grader, tag=self.tag, format_coef=0.0)
+        train_ds = ProblemDataset(
+            train, self.renderer(), grader, **self.batching(), tag=self.tag, format_coef=0.0
+        )
         return self.with_test(train_ds, chat_problems(self.test_path) if self.test_path else None)

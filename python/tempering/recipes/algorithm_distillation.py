@@ -60,6 +60,7 @@ from tempering.ad import (
 )
 from tempering.ad.evaluate import Curve
 from tempering.ad.language import evaluate_language_in_context
+from tempering.ad.model import Tokens
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
@@ -126,6 +127,16 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Transformer width."""
     n_layers: int = positive(2)
     """Transformer layers."""
+    tokens: Tokens = "transition"
+    """How transitions become tokens (``ADModelConfig.tokens``): ``transition`` (one token: the
+    state with the previous action and its reward) or ``sar`` (three tokens, the old scheme)."""
+    previous_state: bool = False
+    """With ``--tokens transition``: token ``t`` also embeds ``s_{t-1}``
+    (``ADModelConfig.previous_state``)."""
+    label_smoothing: float = 0.0
+    """Label smoothing of the action cross-entropy."""
+    dropout: float = 0.0
+    """Dropout in the transformer."""
     feed_logprobs: bool = False
     """Feed the acting learner's log-probabilities to the model (``ADModelConfig.feed_logprobs``)."""
     skip_ed: bool = False
@@ -173,6 +184,8 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
         d_model=config.d_model, n_layers=config.n_layers, feed_logprobs=config.feed_logprobs,
+        tokens=config.tokens, previous_state=config.previous_state,
+        label_smoothing=config.label_smoothing, dropout=config.dropout,
     )  # fmt: skip
     datasets = {"ad": ad_data}
     if not config.skip_ed:
@@ -189,7 +202,7 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
             log_dir=str(s.run_dir / f"{name}-model"), model=model_config, steps=z["steps"],
             batch_size=config.batch_size, learning_rate=config.learning_rate, seed=config.seed,
             device=config.device, if_exists="overwrite", data=f"{hist_dir} ({name})",
-            save_every=max(1, z["steps"] // 4),
+            save_every=max(1, z["steps"] // 4), log_every=10,
         )  # fmt: skip
         model = train_ad(
             train, data, n_states=family.n_states, n_actions=family.n_actions, progress=s.progress
