@@ -11,6 +11,10 @@ the diagnostics averaged over the steps (``is/ratio_mean``, ``is/ratio_max``,
 step, the held-out ``test/correct`` after the last step and the wall time.
 
     nice -n 10 .venv/bin/python tests/benchmarks/importance_smollm2.py --steps 4 --seeds 0 1
+
+The untrained model answers no held-out question, so this probe measures the diagnostics only;
+held-out accuracy with and without the correction, from an SFT warm start, is
+``importance_warmstart_smollm2.py``.
 """
 
 from __future__ import annotations

@@ -78,3 +78,30 @@ def test_a_tiny_run_with_tis_logs_the_diagnostics(service: ServiceClient, tmp_pa
         # Sampler and trainer share weights on the local engine: the ratios are close to 1.
         assert m["is/ratio_mean"] == pytest.approx(1.0, abs=0.05)
         assert 0.0 <= m["is/frac_truncated"] <= 1.0
+
+
+@pytest.mark.timeout(300)
+def test_with_tis_the_kl_diagnostic_still_compares_sampler_and_trainer(
+    service: ServiceClient, tmp_path: Path
+) -> None:
+    # async with 2 substeps: a step's second minibatch was sampled before the first one's update,
+    # so the trainer's logprobs differ from the sampler's. The correction replaces the loss's
+    # logprobs with the trainer's; kl/sample_train_* must still compare the sampler's with them
+    # (before the fix they compared the trainer with itself and read 0).
+    config = RLConfig(
+        run=RunConfig(log_dir=str(tmp_path), save_every=0, eval_every=0, progress=False),
+        dataset=LowercaseTask(batch_size=4, group_size=4),
+        adam=AdamConfig(learning_rate=2e-2, schedule=LRSchedule("constant")),
+        num_steps=3,
+        max_tokens=6,
+        schedule="async",
+        num_substeps=2,
+        importance=ImportanceCorrection("tis", cap=2.0),
+    )
+    metrics = asyncio.run(train(config, service=service)).metrics
+    moved = [m for m in metrics if float(m.get("is/ratio_max", 1.0)) > 1.01]
+    assert moved, f"no step trained on tokens whose ratio moved: {metrics}"
+    for m in moved:
+        assert float(m["kl/sample_train_v2"]) > 1e-7, m
+        # Jensen: log E[rho] >= E[log rho] = -kl_v1 (same tokens, means over the substeps).
+        assert math.log(float(m["is/ratio_mean"])) >= -float(m["kl/sample_train_v1"]) - 1e-6, m

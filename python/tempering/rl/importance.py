@@ -21,7 +21,8 @@ and the correction is ``w`` alone). ``sequence_mask=x``: a datum whose mean log-
 trained tokens is outside ``[-log x, log x]`` is masked whole (an off-policy sequence: too far
 from the trainer to correct). Diagnostics, logged every step the correction runs:
 ``is/ratio_mean``, ``is/ratio_max``, ``is/frac_truncated`` (tokens with ``rho > cap``),
-``is/frac_masked_sequences``; ``kl/sample_train_v1`` is logged every step in any case.
+``is/frac_masked_sequences``; ``kl/sample_train_v1|v2`` are logged every step in any case, from
+the sampler's logprobs (the loop keeps them aside before the correction replaces them).
 
 Example::
 

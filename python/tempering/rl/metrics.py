@@ -20,11 +20,14 @@ from collections.abc import Sequence
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 from tinker import types as ttypes
 
 from tempering.rl.data import RaggedBatch
 from tempering.rl.rollouts import GroupRollout
 from tempering_protocols import Future
+
+Float32Array = npt.NDArray[np.float32]
 
 __all__ = ["Substep", "Timers", "mismatch_metrics", "rollout_metrics", "substep_metrics"]
 
@@ -100,35 +103,43 @@ def rollout_metrics(rollouts: Sequence[GroupRollout], prefix: str = "env") -> di
     return out
 
 
-def mismatch_metrics(batch: RaggedBatch, fb: ttypes.ForwardBackwardOutput) -> dict[str, float]:
+def mismatch_metrics(
+    batch: RaggedBatch, fb: ttypes.ForwardBackwardOutput, sampler_N: Float32Array | None = None
+) -> dict[str, float]:
     """Sampler-vs-trainer logprob mismatch and the sampled-token entropy estimate, over the
-    trained positions (``mask_N``)."""
+    trained positions (``mask_N``). ``sampler_N``: the sampler's logprobs when ``batch.logprobs_N``
+    are no longer theirs (an importance correction puts the trainer's there); default
+    ``batch.logprobs_N``."""
+    sampler_N = batch.logprobs_N if sampler_N is None else sampler_N
     outputs = [o["logprobs"].to_numpy().astype(np.float32, copy=False) for o in fb.loss_fn_outputs]
     if not outputs:
         return {}
     trainer_N = np.concatenate(outputs)
-    if trainer_N.shape != batch.logprobs_N.shape:
+    if trainer_N.shape != sampler_N.shape or sampler_N.shape != batch.mask_N.shape:
         return {}
     mask_N = batch.mask_N > 0
     n = int(mask_N.sum())
     if n == 0:
         return {}
-    diff = (batch.logprobs_N - trainer_N)[mask_N].astype(np.float64)
+    diff = (sampler_N - trainer_N)[mask_N].astype(np.float64)
     return {
         "kl/sample_train_v1": float(diff.mean()),
         "kl/sample_train_v2": float(0.5 * (diff**2).mean()),
-        "entropy/sampled": float(-batch.logprobs_N[mask_N].astype(np.float64).mean()),
+        "entropy/sampled": float(-sampler_N[mask_N].astype(np.float64).mean()),
     }
 
 
 @attrs.define
 class Substep:
-    """One optimizer substep in flight: its futures, its minibatch, its metrics so far."""
+    """One optimizer substep in flight: its futures, its minibatch, its metrics so far, and the
+    sampler's logprobs when the minibatch's ``logprobs_N`` are the trainer's (an importance
+    correction ran), so that ``kl/sample_train_*`` still compares sampler and trainer."""
 
     fb: Future[ttypes.ForwardBackwardOutput]
     opt: Future[ttypes.OptimStepResponse]
     batch: RaggedBatch
     extra: dict[str, float]
+    sampler_N: Float32Array | None = None
 
 
 async def substep_metrics(substeps: Sequence[Substep], *, loss_metrics: bool) -> dict[str, float]:
@@ -148,7 +159,7 @@ async def substep_metrics(substeps: Sequence[Substep], *, loss_metrics: bool) ->
             norms.append(float(opt.metrics["grad_norm"]))
         trained += float(sub.batch.mask_N.sum())
         own = {k: v for k, v in fb.metrics.items() if k != "loss:sum"} if loss_metrics else {}
-        for k, v in {**mismatch_metrics(sub.batch, fb), **sub.extra, **own}.items():
+        for k, v in {**mismatch_metrics(sub.batch, fb, sub.sampler_N), **sub.extra, **own}.items():
             out[k] = out.get(k, 0.0) + v / len(substeps)
     out["tokens/trained"] = trained
     if losses:

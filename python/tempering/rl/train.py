@@ -337,6 +337,7 @@ class _Run:
         t1 = time.perf_counter()
         batch, extra = await shape_advantages(batch, tags_P, self.terms)
         timers.add("wait", time.perf_counter() - t1)
+        sampler_N = batch.logprobs_N  # the sampler's, for kl/sample_train_* (the correction replaces them)
         batch, is_metrics = await correct_importance(batch, self.loop.client, config.importance)
         t2, extra = time.perf_counter(), extra | is_metrics
         custom = config.custom_loss
@@ -353,7 +354,7 @@ class _Run:
         opt = self.loop.client.optim_step(params)
         extra["optim/lr"] = params.learning_rate
         timers.add("train", time.perf_counter() - t2)
-        return Substep(fb, opt, batch, extra), n_constant
+        return Substep(fb, opt, batch, extra, sampler_N), n_constant
 
     async def submit(self, step: int) -> PendingStep:
         config = self.config
