@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from tempering.envs.code import load_code_problems
@@ -85,9 +86,11 @@ def test_without_sft_the_figures_before_rl_are_the_base_models(
     monkeypatch.setenv("TEMPERING_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     out = tmp_path / "run"
+    defaults = CodeRLRecipe()
     recipe = CodeRLRecipe(
-        out=str(out), sft_steps=0, rl_steps=1, rl_batch_size=1, group_size=2, eval_samples=1,
-        max_tokens=8, n_test=4, eval_seeds=2, rl_eval_every=0, eval_train=False, progress=False,
+        out=str(out), sft=attrs.evolve(defaults.sft, steps=0),
+        rl=attrs.evolve(defaults.rl, steps=1, batch_size=1, eval_every=0), group_size=2, eval_samples=1,
+        max_tokens=8, n_test=4, eval_seeds=2, eval_train=False, progress=False,
     )  # fmt: skip
     asyncio.run(recipe())
     summary = json.loads((out / "summary.json").read_text())

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from tempering.envs.game_data import write_transcripts
@@ -106,10 +107,11 @@ def test_a_pretrained_model_is_evaluated_untrained_too(
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     monkeypatch.setattr(guess_number, "trains_tiny_from_scratch", lambda base_model: False)
     out = tmp_path / "run"
+    defaults = GuessNumberRecipe()
     recipe = GuessNumberRecipe(
-        out=str(out), sft_games=100, sft_steps=2, sft_batch_size=8, rl_steps=1, rl_batch_size=1,
-        group_size=2, n_test_secrets=2, eval_samples=2, eval_seeds=2, rl_eval_every=0, lora_rank=0,
-        progress=False,
+        out=str(out), sft_games=100, sft=attrs.evolve(defaults.sft, steps=2, batch_size=8),
+        rl=attrs.evolve(defaults.rl, steps=1, batch_size=1, eval_every=0), group_size=2, n_test_secrets=2,
+        eval_samples=2, eval_seeds=2, lora_rank=0, progress=False,
     )  # fmt: skip
     asyncio.run(recipe())
     summary = json.loads((out / "summary.json").read_text())
