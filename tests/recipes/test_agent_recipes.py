@@ -178,3 +178,5 @@ def test_recipe_tiny_budget(name: str, tmp_path: Path) -> None:
     assert "tokens/sampled" in rl[-1]
     assert any((out / "rl" / "trajectories").iterdir()), "the RL rollouts are logged"
     assert (out / "data" / ("judge_train.jsonl" if name == "rubric" else "train.jsonl")).stat().st_size > 0
+    if name == "rubric":  # the judge's held-out verdicts: as many as its training ones, up to 200
+        assert len((out / "data" / "judge_test.jsonl").read_text().splitlines()) == 16
