@@ -19,6 +19,7 @@ from tempering.envs.tool_use_task import KINDS, ToolUseTask, scripted_episode
 from tempering.envs.twenty_questions import load_words
 from tempering.envs.twenty_questions_task import category_question, guess_question, scripted_game
 from tempering.recipes import load_recipe
+from tempering.recipes._agents import repeated_figures
 from tempering.recipes.rubric import RubricRecipe
 from tempering.recipes.tool_use import ToolUseRecipe
 from tempering.recipes.twenty_questions import TwentyQuestionsRecipe
@@ -39,6 +40,18 @@ def test_bad_configs_are_refused() -> None:
         RubricRecipe(judge_sft_steps=-1)
     with pytest.raises(ValueError, match=r"TwentyQuestionsRecipe\.max_turns \(--max-turns\) must be > 0"):
         TwentyQuestionsRecipe(max_turns=0)
+    with pytest.raises(ValueError, match=r"ToolUseRecipe\.eval_seeds \(--eval-seeds\) must be > 0"):
+        ToolUseRecipe(eval_seeds=0)
+
+
+def test_repeated_evaluations_give_the_mean_and_the_spread() -> None:
+    figures = repeated_figures([{"rl_won": 0.25, "rl_turns": 3.0}, {"rl_won": 0.5, "rl_turns": 3.0}])
+    assert figures["rl_won"] == pytest.approx(0.375)
+    assert figures["rl_won_sd"] == pytest.approx(0.1767767)
+    assert figures["rl_turns_sd"] == 0.0
+    assert repeated_figures([{"rl_won": 0.25}]) == {"rl_won": 0.25}
+    with pytest.raises(ValueError, match="no evaluation runs"):
+        repeated_figures([])
 
 
 def test_tool_use_questions_and_scripted_episodes_are_right() -> None:
@@ -102,7 +115,7 @@ def test_rubric_judge_examples_are_labelled_right() -> None:
 _TINY = {
     "tool-use": (
         "--sft-examples 16 --sft-steps 2 --sft-batch-size 4 --rl-steps 1 --rl-batch-size 1 --group-size 2 "
-        "--eval-questions 1 --eval-samples 1 --max-turns 2 --max-tokens 16"
+        "--eval-questions 1 --eval-samples 1 --max-turns 2 --max-tokens 16 --eval-seeds 2 --eval-base"
     ),
     "twenty-questions": (
         "--sft-games 20 --sft-steps 2 --sft-batch-size 4 --rl-steps 1 --rl-batch-size 1 --group-size 2 "
@@ -153,9 +166,17 @@ def test_recipe_tiny_budget(name: str, tmp_path: Path) -> None:
             assert value == value, f"{stage}_{figure} is NaN"
             assert value >= 0
     assert summary["wall_seconds"] > 0
+    if "--eval-base" in _TINY[name]:  # the untrained model evaluated too, and each figure over 2 seeds
+        for stage in ("base", "sft", "rl"):
+            for figure in _FIGURES[name]:
+                assert summary[f"{stage}_{figure}_sd"] >= 0
+        assert 0 <= summary["base_correct"] <= 1
     for stage in ("sft", "rl"):
         lines = (out / stage / "metrics.jsonl").read_text().splitlines()
         assert lines, stage
     rl = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert "tokens/sampled" in rl[-1]
+    assert any((out / "rl" / "trajectories").iterdir()), "the RL rollouts are logged"
     assert (out / "data" / ("judge_train.jsonl" if name == "rubric" else "train.jsonl")).stat().st_size > 0
+    if name == "rubric":  # the judge's held-out verdicts: as many as its training ones, up to 200
+        assert len((out / "data" / "judge_test.jsonl").read_text().splitlines()) == 16

@@ -130,3 +130,32 @@ def test_reward_model_prompts_is_a_picklable_config() -> None:
     again = pickle.loads(pickle.dumps(task))
     assert again == task
     assert again.service is None
+
+
+def test_rlhf_eval_seeds_and_base(tmp_path: Path) -> None:
+    """``--eval-seeds 2 --eval-base``: the held-out reward over two sampling seeds (mean and sd)
+    before and after RL, and the untrained model measured too."""
+    out = tmp_path / "run"
+    env = {**os.environ, "TEMPERING_HOME": str(tmp_path / "home"), "TEMPERING_NUM_THREADS": "1"}
+    env.pop("TINKER_API_KEY", None)
+    small = tmp_path / "chat_test_8.jsonl"
+    small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:8]))
+    flags = (
+        "--sft-steps 2 --sft-batch-size 4 --sft-eval-every 0 --rm-steps 2 --rm-batch-size 2 "
+        "--rm-eval-every 0 --test-pairs 4 --rl-steps 1 --rl-prompts 2 --group-size 2 --eval-every 0 "
+        "--eval-samples 2 --max-tokens 6 --show 1 --no-progress --eval-seeds 2 --eval-base"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "rlhf", *flags.split(),
+         "--sft-test-path", str(small), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for when in ("base", "before", "after"):
+        assert 0.0 <= summary[f"rm_reward_{when}"] <= 1.0, when
+        assert summary[f"rm_reward_{when}_sd"] >= 0.0, when
+    assert 0.0 <= summary["answer_accuracy_base"] <= 1.0
+    assert summary["reply_chars_base"] >= 0
+    with pytest.raises(ValueError, match=r"eval_seeds \(--eval-seeds\) must be > 0"):
+        RLHFRecipe(eval_seeds=0)

@@ -17,18 +17,23 @@ Example::
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, recipe_flags
+from tempering.recipes._common import GroupFlags, RecipeConfig, RecipeResult, positive, recipe_flags
 from tempering.recipes.stages import Evaluate, RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
 from tempering_protocols import EnvGroupBuilder, RLDatasetBuilder, SamplingClient, TrainOnWhat, Trajectory
 
 if TYPE_CHECKING:
     from tempering.training import TrainResult
 
-__all__ = ["AgentRecipe", "MakeTask"]
+__all__ = ["AgentRecipe", "MakeTask", "repeated_figures"]
+
+_EVAL_REPEAT: ContextVar[int] = ContextVar("tempering_agent_eval_repeat", default=0)
+"""Which of ``eval_seeds`` evaluations is being played (it offsets :meth:`AgentRecipe.play`'s seed)."""
 
 MakeTask = Callable[["TrainResult | None"], Awaitable[tuple[RLDatasetBuilder, Evaluate[dict[str, float]]]]]
 """``make_task(sft)``: the RL task and the evaluation, given the SFT stage's result."""
@@ -53,17 +58,29 @@ class AgentRecipe(RecipeConfig, GroupFlags):
     """The SFT warm start on scripted data (``--sft.steps`` or ``--sft-steps``, ...)."""
     rl: RLStage = stage_field(RLStage(4, 1e-4, batch_size=4))
     """The RL stage (``--rl.steps`` or ``--rl-steps``, ...)."""
+    eval_seeds: int = positive(1)
+    """Each evaluation is played this many times, each with its own sampling seed: a figure is
+    their mean, and with 2 or more ``<figure>_sd`` is their sample standard deviation."""
+    eval_base: bool = False
+    """Also evaluate the base model, untrained, before SFT: ``base_`` figures (the same
+    held-out items, answerer or judge as the other evaluations)."""
 
     async def play(
         self, sampler: SamplingClient, builders: Sequence[EnvGroupBuilder]
     ) -> list[list[Trajectory]]:
         """Every group of ``builders`` (``eval_samples`` episodes each) played by ``sampler`` at
-        temperature 1 with the evaluation's seed: the trajectories of each group, in order."""
+        temperature 1 with the evaluation's seed (one per repeat of ``eval_seeds``): the
+        trajectories of each group, in order."""
         from tempering.rl.evaluate import play_groups
         from tempering.rl.policy import TinkerTokenCompleter
 
         policy = TinkerTokenCompleter(sampler, self.max_tokens, 1.0)
-        played = await play_groups(builders, policy, seed=self.seed + 7919, what=f"{self.NAME} evaluation")
+        played = await play_groups(
+            builders,
+            policy,
+            seed=self.seed + 7919 + 104729 * _EVAL_REPEAT.get(),
+            what=f"{self.NAME} evaluation",
+        )
         n: int = self.eval_samples
         return [played[i * n : (i + 1) * n] for i in range(len(builders))]
 
@@ -80,18 +97,51 @@ class AgentRecipe(RecipeConfig, GroupFlags):
         evaluation; evaluate, RL (``<out>/rl``), evaluate; write the summary."""
         evaluations: list[Evaluate[dict[str, float]]] = []
 
-        async def task_of(sft: TrainResult | None) -> RLDatasetBuilder:
-            task, evaluate = await make_task(sft)
-            evaluations.append(evaluate)
-            return task
+        base: dict[str, float] = {}
 
         async def evaluate(stage: str, sampler: SamplingClient) -> dict[str, float]:
-            figures = await evaluations[0](stage, sampler)
-            s.say(f"after {stage.upper()} {figures}")
+            runs: list[dict[str, float]] = []
+            for repeat in range(self.eval_seeds):
+                token = _EVAL_REPEAT.set(repeat)
+                try:
+                    runs.append(await evaluations[0](stage, sampler))
+                finally:
+                    _EVAL_REPEAT.reset(token)
+            figures = repeated_figures(runs)
+            s.say(
+                f"{stage.upper()} model {figures}" if stage == "base" else f"after {stage.upper()} {figures}"
+            )
             return figures
+
+        async def task_of(sft: TrainResult | None) -> RLDatasetBuilder:
+            task, evaluation = await make_task(sft)
+            evaluations.append(evaluation)
+            if self.eval_base:
+                sampler = await s.service.create_sampling_client(base_model=self.base_model)
+                base.update(await evaluate("base", sampler))
+            return task
 
         run = await sft_then_rl(
             s, self.sft, self.rl, evaluate, train_path=train_path, test_path=test_path, make_task=task_of,
-            max_tokens=self.max_tokens,
+            max_tokens=self.max_tokens, log_trajectories=True,
         )  # fmt: skip
-        return s.finish({**(run.before or {}), **run.after}, {**(extra or {}), **run.checkpoints()})
+        return s.finish({**base, **(run.before or {}), **run.after}, {**(extra or {}), **run.checkpoints()})
+
+
+def repeated_figures(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The figures of repeated evaluations (same keys in each): the mean of each, and with two
+    or more runs ``<key>_sd``, their sample standard deviation.
+
+    Example::
+
+        repeated_figures([{"rl_won": 0.25}, {"rl_won": 0.5}])  # {"rl_won": 0.375, "rl_won_sd": 0.177}
+    """
+    if not runs:
+        raise ValueError("repeated_figures: no evaluation runs (eval_seeds must be >= 1)")
+    out: dict[str, float] = {}
+    for key in runs[0]:
+        values = [run[key] for run in runs]
+        out[key] = statistics.fmean(values)
+        if len(values) > 1:
+            out[f"{key}_sd"] = statistics.stdev(values)
+    return out

@@ -48,7 +48,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import statistics
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -61,6 +62,9 @@ from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, r
 from tempering.rl import TinkerTokenCompleter
 from tempering.rl.evaluate import evaluate_dataset
 from tempering.training.checkpoints import sampler_weights
+
+if TYPE_CHECKING:
+    from tempering_protocols import SamplingClient
 
 __all__ = ["RLHFRecipe"]
 
@@ -97,6 +101,13 @@ class RLHFRecipe(PreferenceRecipe):
     """KL penalty towards the SFT policy (0: off)."""
     eval_samples: int = positive(2)
     """Replies sampled per held-out prompt for the reward-model evaluation."""
+    eval_seeds: int = positive(1)
+    """The policy's held-out reward is measured with this many sampling seeds before and after
+    RL: ``rm_reward_*`` is their mean, ``rm_reward_*_sd`` their sd (with 1, the reward after RL
+    is the RL loop's last evaluation)."""
+    eval_base: bool = False
+    """Also measure the base model, untrained: ``rm_reward_base``, ``answer_accuracy_base``,
+    ``reply_chars_base``."""
 
     NAME: ClassVar[str] = "rlhf"
 
@@ -141,8 +152,23 @@ class RLHFRecipe(PreferenceRecipe):
         # The start: the SFT policy on the held-out prompts, as RL's evaluation samples them.
         _, test_ds = await task()
         assert test_ds is not None
-        sft_policy = TinkerTokenCompleter(await s.sampler(sft_path), self.max_tokens, 1.0)
-        sft_eval = await evaluate_dataset(test_ds, sft_policy, seed=self.seed)
+
+        async def rewards(sampler: SamplingClient) -> list[float]:
+            policy = TinkerTokenCompleter(sampler, self.max_tokens, 1.0)
+            seeds = [self.seed + 7919 * k for k in range(self.eval_seeds)]
+            return [
+                (await evaluate_dataset(test_ds, policy, seed=seed))["test/reward/mean"] for seed in seeds
+            ]
+
+        replies = self.replies(test_pairs, renderer)
+        figures: dict[str, float] = {}
+        if self.eval_base:
+            base = await s.service.create_sampling_client(base_model=self.base_model)
+            figures |= _spread("rm_reward_base", await rewards(base))
+            await replies(base)
+            record = replies.records[-1]
+            figures |= {"answer_accuracy_base": record.exact_match, "reply_chars_base": record.mean_chars}
+        sft_rewards = await rewards(await s.sampler(sft_path))
         rl_stage_config = self.rl.at(
             recipe_learning_rate(self.base_model, self.rl.learning_rate, "rl", tiny=2e-4)
         )
@@ -158,16 +184,20 @@ class RLHFRecipe(PreferenceRecipe):
         final_path = rl.final.sampler_path
 
         # 4. held-out replies (greedy) of the SFT and the final policy
-        replies = self.replies(test_pairs, renderer)
+        final_rewards = (
+            await rewards(await s.sampler(final_path))
+            if self.eval_seeds > 1
+            else [metric(rl.metrics, "test/reward/mean")]
+        )
         for path in (sft_path, final_path):
             await replies(await s.sampler(path))
-        before, after = replies.records[0], replies.records[-1]
+        before, after = replies.records[-2], replies.records[-1]
         print(format_replies(before, after, "RL policy; before: the SFT policy"))
-        figures = {
+        figures |= {
             "rm_accuracy_before": metric(rm.metrics, "initial/test/pref_accuracy"),
             "rm_accuracy_after": metric(rm.metrics, "test/pref_accuracy"),
-            "rm_reward_before": sft_eval["test/reward/mean"],
-            "rm_reward_after": metric(rl.metrics, "test/reward/mean"),
+            **_spread("rm_reward_before", sft_rewards),
+            **_spread("rm_reward_after", final_rewards),
         }
         for when, record in (("before", before), ("after", after)):
             figures |= {
@@ -187,3 +217,11 @@ class RLHFRecipe(PreferenceRecipe):
             "answer_accuracy_after": after.exact_match_ci95,
         }
         return s.finish(figures, extra, ci95=ci95)
+
+
+def _spread(key: str, values: list[float]) -> dict[str, float]:
+    """``{key: mean}``, and ``key_sd`` (sample sd) over two or more values."""
+    out = {key: statistics.fmean(values)}
+    if len(values) > 1:
+        out[f"{key}_sd"] = statistics.stdev(values)
+    return out

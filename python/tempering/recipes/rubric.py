@@ -52,7 +52,8 @@ class RubricRecipe(AgentRecipe):
     judge_model: str | None = None
     """The judge's base model; default ``base_model``."""
     judge_examples: int = positive(2000)
-    """Scripted verdicts the judge is trained on."""
+    """Scripted verdicts the judge is trained on; as many, up to 200, are written about the
+    held-out questions for the judge's held-out NLL."""
     judge_sft_steps: int = non_negative(150)
     """SFT steps of the judge (batches of ``sft.batch_size``, learning rate 2e-3); 0: use
     ``judge_model``'s base weights as the judge."""
@@ -80,7 +81,9 @@ class RubricRecipe(AgentRecipe):
             judge_train = write_chats(
                 data / "judge_train.jsonl", judge_examples(train_q, self.judge_examples, rng)
             )
-            judge_test = write_chats(data / "judge_test.jsonl", judge_examples(test_q, 200, rng))
+            judge_test = write_chats(
+                data / "judge_test.jsonl", judge_examples(test_q, min(200, self.judge_examples), rng)
+            )
             s.say(f"judge SFT, {self.judge_sft_steps} steps -> {s.run_dir / 'judge'}")
             model = ModelConfig(
                 base_model=judge_model, lora_rank=default_lora_rank(judge_model, self.lora_rank),
