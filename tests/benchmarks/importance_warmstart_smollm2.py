@@ -50,6 +50,7 @@ from tempering.envs.arithmetic import ArithmeticProblems, Problem, split_problem
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.local import ServiceClient
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
+from tempering.rl import BatchPolicy
 from tempering.rl.importance import ImportanceCorrection
 from tempering.training import RunDir
 
@@ -64,6 +65,14 @@ DIAGNOSTICS = (
     "kl/sample_train_v2",
     "async/mean_staleness",
 )
+
+
+BATCH_COUNTS = ("batch/zero_variance_groups", "batch/zero_variance_samples", "batch/refill_groups")
+
+
+def _sum(metrics: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(m[key]) for m in metrics if key in m]
+    return sum(values) if values else None
 
 
 def _mean(metrics: list[dict[str, Any]], key: str) -> float | None:
@@ -132,15 +141,20 @@ async def rl_run(
     s: RecipeSession, args: argparse.Namespace, state: str, test: list[Problem], seed: int, mode: str
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
+    # "dynamic": no correction, the batch refilled past zero-variance groups (BatchPolicy).
+    dynamic = mode == "dynamic"
+    correction = "off" if dynamic else mode
     rl = await rl_stage(
-        s, f"rl-{mode}-seed{seed}-lr{args.lr:g}", RLStage(args.steps, args.lr, num_substeps=2),
+        s, f"rl-{mode}-{args.schedule}-seed{seed}-lr{args.lr:g}",
+        RLStage(args.steps, args.lr, num_substeps=2 if args.schedule == "async" else 1),
         dataset=ArithmeticProblems(
             base_model=BASE, seed=0, n_test=N_TEST, batch_size=args.batch, group_size=args.group,
             test_group_size=0,
         ),
         model=ModelConfig(base_model=BASE, lora_rank=LORA_RANK, init_state=state),
-        max_tokens=8, seed=seed, schedule="async",
-        importance=ImportanceCorrection(mode, cap=args.cap),  # pyright: ignore[reportArgumentType]
+        max_tokens=8, seed=seed, schedule=args.schedule,
+        importance=ImportanceCorrection(correction, cap=args.cap),  # pyright: ignore[reportArgumentType]
+        batch=BatchPolicy(dynamic_sampling=dynamic, refill_budget=1.0),
     )  # fmt: skip
     train_seconds = time.perf_counter() - t0
     assert rl.final.sampler_path is not None
@@ -148,6 +162,8 @@ async def rl_run(
     return {
         "seed": seed,
         "importance": mode,
+        "schedule": args.schedule,
+        **{key: _sum(metrics, key) for key in BATCH_COUNTS},
         "cap": args.cap,
         "lr": args.lr,
         "steps": len(metrics),
@@ -206,7 +222,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=Path("/tmp/importance-warmstart"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--modes", nargs="+", default=["off", "tis"], choices=["off", "tis", "mis"])
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["off", "tis"],
+        choices=["off", "tis", "mis", "dynamic"],
+        help="dynamic: no correction, dynamic sampling (BatchPolicy(dynamic_sampling=True))",
+    )
+    parser.add_argument("--schedule", default="async", choices=["sync", "async"])
     parser.add_argument(
         "--sft-steps", type=int, default=40, help="only when <out>/sft has no final checkpoint"
     )
