@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
+import os
 import pickle
 import sys
 import time
@@ -17,7 +19,7 @@ from grading_cases import CASES
 
 import tempering.grading
 from tempering.grading import GradeResult, MathGrader, close_workers, extract_answer, normalize_answer
-from tempering.grading._pool import shared_pool
+from tempering.grading._pool import CheckError, _Worker, shared_pool  # pyright: ignore[reportPrivateUsage]
 
 # Generous: the table is about correctness, and CI cores are shared. The timeout tests use 1 s.
 TABLE_TIMEOUT_S = 30.0
@@ -264,6 +266,27 @@ def test_grading_imports_only_low_layers() -> None:
             for name in names:
                 ok = name.split(".")[0] in allowed_roots or name.startswith("tempering.grading")
                 assert ok, f"{source.name} imports {name}"
+
+
+def test_a_pipe_closed_under_a_waiting_read_is_a_check_error() -> None:
+    """``close_workers`` closes a worker's pipe while another thread waits on it: that read ends
+    as "the checker process exited", not an ``OSError`` (Bad file descriptor) out of ``select``
+    or ``os.read``, which is what a loaded machine made of the race before."""
+    worker = _Worker(None)
+    try:
+        worker.wait_ready()
+        stdout = worker.proc.stdout
+        assert stdout is not None
+        os.close(stdout.fileno())  # the descriptor gone, as kill() in another thread leaves it
+        with pytest.raises(CheckError, match="the checker process exited"):
+            worker._read_line(time.monotonic() + 5.0)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        worker.proc.kill()
+        worker.proc.wait()
+        for stream in (worker.proc.stdin, worker.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
 
 
 def test_close_workers_during_a_check_ends_it_as_an_error() -> None:

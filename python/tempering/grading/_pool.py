@@ -55,10 +55,13 @@ class _Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise CheckTimeoutError
-            readable, _, _ = select.select([fd], [], [], remaining)
-            if not readable:
+            try:
+                readable, _, _ = select.select([fd], [], [], remaining)
+                chunk = os.read(fd, 65536) if readable else None
+            except (OSError, ValueError) as e:  # the pool was closed meanwhile: kill() closed the pipe
+                raise CheckError("the checker process exited") from e
+            if chunk is None:
                 raise CheckTimeoutError
-            chunk = os.read(fd, 65536)
             if not chunk:
                 raise CheckError("the checker process exited")
             self._buffer += chunk
