@@ -124,9 +124,6 @@ def main() -> int:
     baseline, final = base[-1], last[-1]
     peak = max(rss for _, rss in readings)
 
-    def metric(row: dict[str, float], *names: str) -> float | None:
-        return next((row[n] for n in names if n in row), None)
-
     first, end = rows[: args.warmup], rows[-args.warmup :]
     keys = [k for k in rows[0] if k.startswith("env/all/") and not k.endswith(("/max", "/min"))]
     summary = {
@@ -137,8 +134,8 @@ def main() -> int:
         "rss_last_mb": round(final, 1),
         "rss_peak_mb": round(peak, 1),
         "growth_model_copies": round((final - baseline) / (weights / 2**20), 3),
-        "first_steps_mean": {k: sum(metric(r, k) or 0.0 for r in first) / len(first) for k in keys},
-        "last_steps_mean": {k: sum(metric(r, k) or 0.0 for r in end) / len(end) for k in keys},
+        "first_steps_mean": {k: sum(r.get(k, 0.0) for r in first) / len(first) for k in keys},
+        "last_steps_mean": {k: sum(r.get(k, 0.0) for r in end) / len(end) for k in keys},
         "command": " ".join(command),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
