@@ -152,32 +152,26 @@ class LossSpec:
 _CLIP = ("clip_low_threshold", "clip_high_threshold")
 _PG = ("logprobs", "advantages")
 
+
+def _clip_defaults(low: float, high: float) -> dict[str, float]:
+    """A clipping loss's default ratio clip ``[low, high]`` (the ``_CLIP`` config keys)."""
+    return {"clip_low_threshold": low, "clip_high_threshold": high}
+
+
 LOSSES: Mapping[str, LossSpec] = {
     spec.name: spec
     for spec in (
         LossSpec("cross_entropy", ("weights",), _cross_entropy, allows_topk=True),
         LossSpec("importance_sampling", _PG, _importance_sampling),
-        LossSpec(
-            "ppo",
-            _PG,
-            _ppo,
-            per_token_config=_CLIP,
-            config_defaults={"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
-        ),
-        LossSpec(
-            "cispo",
-            _PG,
-            _cispo,
-            per_token_config=_CLIP,
-            config_defaults={"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
-        ),
+        LossSpec("ppo", _PG, _ppo, per_token_config=_CLIP, config_defaults=_clip_defaults(0.8, 1.2)),
+        LossSpec("cispo", _PG, _cispo, per_token_config=_CLIP, config_defaults=_clip_defaults(0.0, 4.0)),
         LossSpec("dro", _PG, _dro, config_defaults={"beta": 0.1}),
         LossSpec(
             "gspo",
             (*_PG, "sequence_ratio_mask"),
             _gspo,
             per_token_config=_CLIP,
-            config_defaults={"clip_low_threshold": 1.0 - 3e-4, "clip_high_threshold": 1.0 + 4e-4},
+            config_defaults=_clip_defaults(1.0 - 3e-4, 1.0 + 4e-4),
             nonzero=("sequence_ratio_mask",),
             from_mask=("sequence_ratio_mask",),
         ),
