@@ -48,7 +48,7 @@ from tempering_protocols import (
     Trajectory,
 )
 
-__all__ = ["InlineExecutor", "ProcessPoolExecutor", "RemoteEnvError", "RolloutExecutor"]
+__all__ = ["EnvHost", "InlineExecutor", "ProcessPoolExecutor", "RemoteEnvError", "RolloutExecutor"]
 
 _log = logging.getLogger(__name__)
 
@@ -90,18 +90,83 @@ class RemoteEnvError(RuntimeError):
 
 # ------------------------------------------------------------------------------ the worker
 
+
+class EnvHost:
+    """The envs of the groups placed on one worker, by group id, from ``make_envs`` to
+    ``cleanup``: what a worker process (:class:`ProcessPoolExecutor`) and a Ray actor
+    (:class:`~tempering.rl.ray_executor.RayExecutor`) serve. Each call names its group; envs
+    are addressed by member.
+
+    Example::
+
+        host = EnvHost()
+        start, n = await host.call("make_envs", gid, pickle.dumps(builder))
+        ob, stop = await host.call("initial_observation", gid, start)
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[int, tuple[EnvGroupBuilder, list[Env]]] = {}
+        self._ops: dict[str, Callable[..., Awaitable[object]]] = {
+            "make_envs": self.make_envs,
+            "initial_observation": self.initial_observation,
+            "step": self.step,
+            "compute_group_rewards": self.compute_group_rewards,
+            "cleanup": self.cleanup,
+        }
+
+    async def call(self, op: str, gid: int, *args: object) -> object:
+        """The env call ``op`` (one of the methods below) on group ``gid``."""
+        if op not in self._ops:
+            raise ValueError(f"unknown op {op!r}; known: {', '.join(self._ops)}")
+        return await self._ops[op](gid, *args)
+
+    def _group(self, gid: int) -> tuple[EnvGroupBuilder, list[Env]]:
+        if gid not in self._groups:
+            raise LookupError(f"env group {gid} is not in this worker (it was restarted, or cleaned up)")
+        return self._groups[gid]
+
+    async def make_envs(self, gid: int, builder_bytes: bytes) -> tuple[int, int]:
+        """``(start, n)``: the members of the group's new envs. A retry's fresh envs (the group
+        is already here) are appended, addressed from ``start``, made by the group's builder."""
+        entry = self._groups.get(gid)
+        builder: EnvGroupBuilder = entry[0] if entry is not None else pickle.loads(builder_bytes)
+        envs = list(await builder.make_envs())
+        if entry is not None:
+            entry[1].extend(envs)
+            return len(entry[1]) - len(envs), len(envs)
+        self._groups[gid] = (builder, envs)
+        return 0, len(envs)
+
+    async def initial_observation(self, gid: int, member: int) -> tuple[Observation, StopCondition]:
+        return await self._group(gid)[1][member].initial_observation()
+
+    async def step(self, gid: int, member: int, action: list[int]) -> StepResult:
+        return await self._group(gid)[1][member].step(action)
+
+    async def compute_group_rewards(
+        self, gid: int, trajectories: list[Trajectory], members: list[int]
+    ) -> list[tuple[float, Metrics]]:
+        builder, envs = self._group(gid)
+        return list(await builder.compute_group_rewards(trajectories, [envs[m] for m in members]))
+
+    async def cleanup(self, gid: int) -> None:
+        entry = self._groups.pop(gid, None)
+        if entry is not None:
+            await entry[0].cleanup()
+
+
 _READY = -1
 """The request id of the message a worker sends once it is ready to serve."""
 
 
 def _worker_main(conn: multiprocessing.connection.Connection) -> None:
-    """Serve env calls: each request is ``(request_id, op, group_id, args)``; envs live in
-    ``groups[group_id]`` between calls. Requests run concurrently on one event loop; a request
+    """Serve env calls: each request is ``(request_id, op, group_id, args)``, an
+    :class:`EnvHost` call. Requests run concurrently on one event loop; a request
     ``(request_id, "cancel", ...)`` cancels request ``request_id`` (a rollout that timed out)."""
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        groups: dict[int, tuple[EnvGroupBuilder, list[Env]]] = {}
+        host = EnvHost()
         lock = threading.Lock()
         tasks: dict[int, asyncio.Task[None]] = {}
 
@@ -109,49 +174,9 @@ def _worker_main(conn: multiprocessing.connection.Connection) -> None:
             with lock:
                 conn.send_bytes(pickle.dumps(msg))
 
-        def group(gid: int) -> tuple[EnvGroupBuilder, list[Env]]:
-            if gid not in groups:
-                raise LookupError(f"env group {gid} is not in this worker (it was restarted, or cleaned up)")
-            return groups[gid]
-
         async def handle(rid: int, op: str, gid: int, args: tuple[object, ...]) -> None:
             try:
-                result: object
-                if op == "make_envs":
-                    (builder_bytes,) = args
-                    assert isinstance(builder_bytes, bytes)
-                    builder: EnvGroupBuilder = pickle.loads(builder_bytes)
-                    envs = list(await builder.make_envs())
-                    if gid in groups:  # a retry's fresh envs replace the old ones by member
-                        groups[gid][1].extend(envs)
-                        result = (len(groups[gid][1]) - len(envs), len(envs))
-                    else:
-                        groups[gid] = (builder, envs)
-                        result = (0, len(envs))
-                elif op == "initial_observation":
-                    (g,) = args
-                    assert isinstance(g, int)
-                    result = await group(gid)[1][g].initial_observation()
-                elif op == "step":
-                    g, action = args
-                    assert isinstance(g, int)
-                    assert isinstance(action, list)
-                    result = await group(gid)[1][g].step(action)  # pyright: ignore[reportUnknownArgumentType]
-                elif op == "compute_group_rewards":
-                    trajectories, members = args
-                    builder, envs = group(gid)
-                    result = await builder.compute_group_rewards(
-                        trajectories,  # pyright: ignore[reportArgumentType]
-                        [envs[g] for g in members],  # pyright: ignore[reportGeneralTypeIssues, reportUnknownVariableType]
-                    )
-                elif op == "cleanup":
-                    entry = groups.pop(gid, None)
-                    if entry is not None:
-                        await entry[0].cleanup()
-                    result = None
-                else:
-                    raise ValueError(f"unknown op {op!r}")
-                send((rid, True, result))
+                send((rid, True, await host.call(op, gid, *args)))
             except asyncio.CancelledError:
                 send((rid, False, ("CancelledError", "cancelled by the trainer (the rollout timed out)")))
             except Exception as exc:

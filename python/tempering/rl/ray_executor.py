@@ -39,16 +39,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from tempering.rl.executors import RemoteEnv, RemoteEnvError
-from tempering_protocols import (
-    Env,
-    EnvGroupBuilder,
-    Metrics,
-    Observation,
-    StepResult,
-    StopCondition,
-    Trajectory,
-)
+from tempering.rl.executors import EnvHost, RemoteEnv, RemoteEnvError
+from tempering_protocols import Env, EnvGroupBuilder, Metrics, Trajectory
 
 __all__ = ["RayExecutor", "WorkersLostError"]
 
@@ -68,48 +60,15 @@ def _ray() -> Any:
 
 
 class _EnvHost:
-    """The actor: hosts the envs of the groups placed on it, by group id (runs in Ray)."""
+    """The actor: an :class:`EnvHost` whose calls also return their time inside (runs in Ray)."""
 
     def __init__(self) -> None:
-        self.groups: dict[int, tuple[EnvGroupBuilder, list[Env]]] = {}
+        self.host = EnvHost()
 
-    async def make_envs(self, gid: int, builder_bytes: bytes) -> tuple[tuple[int, int], float]:
+    async def call(self, op: str, gid: int, *args: object) -> tuple[object, float]:
         t0 = time.perf_counter()
-        entry = self.groups.get(gid)
-        builder: EnvGroupBuilder = entry[0] if entry is not None else pickle.loads(builder_bytes)
-        envs = list(await builder.make_envs())
-        if entry is not None:  # a retry's fresh envs: appended, addressed by offset
-            entry[1].extend(envs)
-            return (len(entry[1]) - len(envs), len(envs)), time.perf_counter() - t0
-        self.groups[gid] = (builder, envs)
-        return (0, len(envs)), time.perf_counter() - t0
-
-    async def initial_observation(
-        self, gid: int, member: int
-    ) -> tuple[tuple[Observation, StopCondition], float]:
-        t0 = time.perf_counter()
-        out = await self.groups[gid][1][member].initial_observation()
+        out = await self.host.call(op, gid, *args)
         return out, time.perf_counter() - t0
-
-    async def step(self, gid: int, member: int, action: list[int]) -> tuple[StepResult, float]:
-        t0 = time.perf_counter()
-        out = await self.groups[gid][1][member].step(action)
-        return out, time.perf_counter() - t0
-
-    async def compute_group_rewards(
-        self, gid: int, trajectories: list[Trajectory], members: list[int]
-    ) -> tuple[list[tuple[float, Metrics]], float]:
-        t0 = time.perf_counter()
-        builder, envs = self.groups[gid]
-        out = list(await builder.compute_group_rewards(trajectories, [envs[m] for m in members]))
-        return out, time.perf_counter() - t0
-
-    async def cleanup(self, gid: int) -> tuple[None, float]:
-        t0 = time.perf_counter()
-        entry = self.groups.pop(gid, None)
-        if entry is not None:
-            await entry[0].cleanup()
-        return None, time.perf_counter() - t0
 
     def pid(self) -> int:
         import os
@@ -215,11 +174,12 @@ class RayExecutor:
         self._workers = [w for w in self._workers if not w.dead or w.load > 0]
 
     async def call(self, worker: _Worker, method: str, *args: object) -> object:
-        """Call ``method`` on ``worker``'s actor; a dead actor becomes ``RemoteEnvError``."""
+        """The env call ``method`` (:meth:`EnvHost.call`) on ``worker``'s actor; a dead actor becomes
+        ``RemoteEnvError``."""
         ray = _ray()
         t0 = time.perf_counter()
         try:
-            result, inside = await getattr(worker.handle, method).remote(*args)
+            result, inside = await worker.handle.call.remote(method, *args)
         except ray.exceptions.RayActorError as exc:
             self.mark_dead(worker)
             raise RemoteEnvError("WorkerDied", f"Ray worker {worker.index} died: {exc}") from exc
