@@ -81,20 +81,9 @@ class ArithmeticTask(PolicyTask):
     """Seeds the batch order; the test set samples with seed + 1."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        from tempering import assets
-        from tempering.data import load_chat
-
-        def problems(name: str) -> list[Problem]:
-            out: list[Problem] = []
-            for convo in load_chat(assets.path(name)).items:
-                messages = list(convo)
-                if len(messages) >= 2 and messages[0]["role"] == "user":
-                    out.append(Problem(messages[0]["content"], messages[1]["content"]))
-            return out
-
-        test_items = problems("arithmetic_chat_test.jsonl")
+        test_items = chat_problems("tempering-assets:arithmetic_chat_test.jsonl")
         train = ProblemDataset(
-            problems("arithmetic_chat.jsonl"),
+            chat_problems("tempering-assets:arithmetic_chat.jsonl"),
             self.renderer(),
             first_number_match,
             batch_size=self.batch_size,
