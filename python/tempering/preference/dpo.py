@@ -49,14 +49,13 @@ from tempering.training import (
     TrainingLoop,
     TrainResult,
 )
-from tempering.training.loop import run_to_end, saved_sampling_client, step_line
+from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     ComparisonDataset,
     Future,
     LabeledComparison,
     Renderer,
     SamplingClient,
-    SamplingClientEvaluator,
     TrainingClient,
 )
 
@@ -220,18 +219,6 @@ def _all_pairs(dataset: ComparisonDataset) -> list[LabeledComparison]:
     return [pair for i in range(len(dataset)) for pair in dataset.get_batch(i)]
 
 
-async def _evaluate(
-    client: TrainingClient, evaluator: DPOEvaluator | None, suite: Sequence[SamplingClientEvaluator]
-) -> dict[str, float]:
-    """The held-out pairs' metrics, then the suite's on the weights saved for sampling now."""
-    out = {} if evaluator is None else await evaluator(client)
-    if suite:
-        sampler = await saved_sampling_client(client)
-        for each in suite:
-            out |= await each(sampler)
-    return out
-
-
 async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainResult:
     model = config.model
     config = attrs.evolve(
@@ -258,10 +245,10 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
         make_data = functools.partial(
             pair_datums, renderer, max_length=getattr(config.data, "max_length", None)
         )
-        evaluator = None if test is None else DPOEvaluator(_all_pairs(test), renderer, reference, config.beta)
+        held_out = [] if test is None else [DPOEvaluator(_all_pairs(test), renderer, reference, config.beta)]
         initial: dict[str, float] = {}
-        if (evaluator is not None or suite) and loop.start_step == 0:
-            initial = {f"initial/{k}": v for k, v in (await _evaluate(loop.client, evaluator, suite)).items()}
+        if (held_out or suite) and loop.start_step == 0:
+            initial = {f"initial/{k}": v for k, v in (await loop.evaluate(held_out, suite)).items()}
 
         prepared: dict[int, tuple[list[tinker.Datum], list[Future[list[float | None]]]]] = {}
         epochs: dict[int, int] = {}
@@ -289,8 +276,8 @@ async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainR
             fb = loop.client.forward_backward_custom(data_D, dpo_loss(ref_D, weights_D, config.beta))
             opt = loop.client.optim_step(params)
             evaluated: dict[str, float] = {}
-            if (evaluator is not None or suite) and loop.eval_due(step + 1):
-                evaluated = await _evaluate(loop.client, evaluator, suite)
+            if (held_out or suite) and loop.eval_due(step + 1):
+                evaluated = await loop.evaluate(held_out, suite)
 
             async def finish() -> Mapping[str, float]:
                 fb_out, opt_out = await fb, await opt

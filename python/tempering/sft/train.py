@@ -37,7 +37,7 @@ from tempering.training import (
     TrainingLoop,
     TrainResult,
 )
-from tempering.training.loop import run_to_end, saved_sampling_client, step_line
+from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     SamplingClientEvaluator,
     SupervisedDataset,
@@ -89,22 +89,6 @@ class NLLEvaluator:
         return {f"{self.name}/nll": total / max(weight, 1e-9)}
 
 
-async def _evaluate(
-    client: TrainingClient,
-    training_evaluators: Sequence[TrainingClientEvaluator],
-    sampling_evaluators: Sequence[SamplingClientEvaluator],
-) -> dict[str, float]:
-    """Run the evaluators on the weights as they are once everything queued so far has run."""
-    out: dict[str, float] = {}
-    for evaluator in training_evaluators:
-        out |= await evaluator(client)
-    if sampling_evaluators:
-        sampler = await saved_sampling_client(client)
-        for evaluator in sampling_evaluators:
-            out |= await evaluator(sampler)
-    return out
-
-
 async def train_supervised(
     config: object,
     *,
@@ -142,7 +126,7 @@ async def train_supervised(
         client = loop.client
         initial: dict[str, float] = {}
         if loop.start_step == 0 and (training_evaluators or sampling_evaluators):
-            evaluated = await _evaluate(client, training_evaluators, sampling_evaluators)
+            evaluated = await loop.evaluate(training_evaluators, sampling_evaluators)
             initial = {f"initial/{k}": v for k, v in evaluated.items()}
         current_epoch = -1
 
@@ -162,7 +146,7 @@ async def train_supervised(
             evaluated: dict[str, float] = {}
             if (training_evaluators or sampling_evaluators) and loop.eval_due(step + 1):
                 t_eval = time.monotonic()
-                evaluated = await _evaluate(client, training_evaluators, sampling_evaluators)
+                evaluated = await loop.evaluate(training_evaluators, sampling_evaluators)
                 evaluated["time/eval"] = time.monotonic() - t_eval
 
             async def finish() -> Mapping[str, float]:

@@ -54,7 +54,13 @@ from tempering.training.loggers import MetricSink, make_sinks
 from tempering.training.progress import ProgressBar
 from tempering.training.retention import checkpoint_remover, prune_run
 from tempering.training.rundir import CheckpointRecord, IfExists, RunDir, config_to_json
-from tempering_protocols import Future, SamplingClient, TrainingClient
+from tempering_protocols import (
+    Future,
+    SamplingClient,
+    SamplingClientEvaluator,
+    TrainingClient,
+    TrainingClientEvaluator,
+)
 
 __all__ = [
     "TEST_KILL_ENV",
@@ -373,6 +379,23 @@ class TrainingLoop:
         """A sampling client for the weights once the requests queued so far have run (see
         :func:`saved_sampling_client`)."""
         return await saved_sampling_client(self.client)
+
+    async def evaluate(
+        self,
+        training_evaluators: Sequence[TrainingClientEvaluator],
+        sampling_evaluators: Sequence[SamplingClientEvaluator],
+    ) -> dict[str, float]:
+        """The evaluators' metrics on the weights as they are once the requests queued so far
+        have run: ``training_evaluators`` on the training client, ``sampling_evaluators`` on
+        weights saved for sampling now (saved only when there are any)."""
+        out: dict[str, float] = {}
+        for evaluator in training_evaluators:
+            out |= await evaluator(self.client)
+        if sampling_evaluators:
+            sampler = await self.sampling_client()
+            for evaluator in sampling_evaluators:
+                out |= await evaluator(sampler)
+        return out
 
     async def initial_sampling_client(self) -> SamplingClient:
         """A sampling client for the weights the run starts from: on a resume from a checkpoint
