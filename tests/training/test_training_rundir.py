@@ -21,6 +21,7 @@ from tempering.training import (
     RunDir,
     RunExistsError,
     config_to_json,
+    fine_tuning_adam,
     format_duration,
 )
 
@@ -56,6 +57,23 @@ def test_adam_params() -> None:
     p = adam.adam_params(5, 10)
     assert p.learning_rate == pytest.approx(5e-4)
     assert (p.weight_decay, p.grad_clip_norm, p.beta1, p.beta2) == (0.1, 1.0, 0.9, 0.95)
+
+
+def test_fine_tuning_trainers_default_to_one_adam() -> None:
+    """SFT, the reward model, DPO and top-K distillation share one default: the model's learning
+    rate, two warmup steps, then a linear decay."""
+    from tempering.preference import DPOConfig, RewardModelConfig
+    from tempering.sft.offpolicy import TopKDistillConfig
+    from tempering.sft.train import SFTConfig
+
+    expected = AdamConfig(learning_rate=None, schedule=LRSchedule("linear", warmup_steps=2))
+    assert fine_tuning_adam() == expected
+    run = RunConfig(log_dir="unused")
+    for config in (SFTConfig, RewardModelConfig, DPOConfig, TopKDistillConfig):
+        assert config(run=run).adam == expected, config.__name__
+    assert [expected.schedule.multiplier(s, 10) for s in (0, 1, 2, 6)] == pytest.approx(
+        [1 / 3, 2 / 3, 1.0, 0.5]
+    )
 
 
 def test_configs_pickle_and_serialize(tmp_path: Path) -> None:

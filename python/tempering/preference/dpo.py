@@ -41,14 +41,7 @@ from tempering.backends import require
 from tempering.evals.suite import EvalSuite
 from tempering.preference.data import ComparisonData, pair_datums, reference_input
 from tempering.renderers import get_renderer
-from tempering.training import (
-    AdamConfig,
-    LRSchedule,
-    PendingStep,
-    RunConfig,
-    TrainingLoop,
-    TrainResult,
-)
+from tempering.training import AdamConfig, PendingStep, RunConfig, TrainingLoop, TrainResult, fine_tuning_adam
 from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     ComparisonDataset,
@@ -168,10 +161,6 @@ class DPOEvaluator:
         }
 
 
-def _dpo_adam() -> AdamConfig:
-    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
-
-
 @attrs.frozen(kw_only=True)
 class DPOConfig:
     """A DPO run. Picklable; calling it (``await config()``) runs it. See the module docstring.
@@ -184,7 +173,7 @@ class DPOConfig:
     run: RunConfig
     model: ModelConfig = attrs.field(factory=ModelConfig)
     data: ComparisonData = attrs.field(factory=ComparisonData)
-    adam: AdamConfig = attrs.field(factory=_dpo_adam)
+    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
     beta: float = 0.1
     """DPO's inverse temperature: how far the policy may move from the reference."""
     num_epochs: int = 1

@@ -37,7 +37,7 @@ from tempering.data.datums import examples_to_datums
 from tempering.preference.data import ComparisonData
 from tempering.renderers import get_renderer, render_supervised_batch_sync
 from tempering.sft import train_supervised
-from tempering.training import AdamConfig, LRSchedule, RunConfig, TrainResult
+from tempering.training import AdamConfig, RunConfig, TrainResult, fine_tuning_adam
 from tempering_protocols import (
     Comparison,
     LabeledComparison,
@@ -201,10 +201,6 @@ class PreferenceAccuracyEvaluator:
         }
 
 
-def _rm_adam() -> AdamConfig:
-    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
-
-
 @attrs.frozen(kw_only=True)
 class RewardModelConfig:
     """A reward-model run: SFT on verdicts, evaluated by held-out preference accuracy.
@@ -218,7 +214,7 @@ class RewardModelConfig:
     run: RunConfig
     model: ModelConfig = attrs.field(factory=ModelConfig)
     data: ComparisonData = attrs.field(factory=ComparisonData)
-    adam: AdamConfig = attrs.field(factory=_rm_adam)
+    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
     num_epochs: int = 1
     """Passes over the training pairs (each pair gives two verdict examples)."""
     max_steps: int | None = None

@@ -45,7 +45,7 @@ from tempering.data.datums import conversations_to_datums
 from tempering.renderers import get_renderer, render_supervised_batch_sync
 from tempering.sft.topk_distill import check_same_tokenizer, teacher_topk, topk_datum
 from tempering.sft.train import NLLEvaluator, train_supervised
-from tempering.training import AdamConfig, LRSchedule, RunConfig, TrainResult
+from tempering.training import AdamConfig, RunConfig, TrainResult, fine_tuning_adam
 from tempering_protocols import Message, Renderer, SamplingClient, TrainOnWhat
 
 __all__ = [
@@ -180,10 +180,6 @@ class DatumDataset:
         return [self.datums[i] for i in picked]
 
 
-def _topk_adam() -> AdamConfig:
-    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))  # the model's default rate
-
-
 @attrs.frozen(kw_only=True)
 class TopKDistillConfig:
     """Off-policy top-K distillation of ``teacher_model`` (at ``teacher_path``, sampler weights,
@@ -215,7 +211,7 @@ class TopKDistillConfig:
         default=TrainOnWhat.LAST_ASSISTANT_MESSAGE, converter=TrainOnWhat
     )
     """Which tokens are distilled."""
-    adam: AdamConfig = attrs.field(factory=_topk_adam)
+    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
     num_epochs: int = 1
     max_steps: int | None = None
     seed: int = 0

@@ -29,14 +29,7 @@ from tempering.data import ChatDatasetBuilder, ChatSource, check_max_length
 from tempering.data.datums import examples_to_datums
 from tempering.evals.suite import EvalSuite
 from tempering.model_info import Stage
-from tempering.training import (
-    AdamConfig,
-    LRSchedule,
-    PendingStep,
-    RunConfig,
-    TrainingLoop,
-    TrainResult,
-)
+from tempering.training import AdamConfig, PendingStep, RunConfig, TrainingLoop, TrainResult, fine_tuning_adam
 from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     SamplingClientEvaluator,
@@ -232,10 +225,6 @@ class ChatData:
         )
 
 
-def _sft_adam() -> AdamConfig:
-    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
-
-
 @attrs.frozen(kw_only=True)
 class SFTConfig:
     """A supervised fine-tuning run. Picklable; calling it (``await config()``) runs it.
@@ -249,7 +238,7 @@ class SFTConfig:
     run: RunConfig
     model: ModelConfig = attrs.field(factory=ModelConfig)
     data: ChatData = attrs.field(factory=ChatData)
-    adam: AdamConfig = attrs.field(factory=_sft_adam)
+    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
     num_epochs: int = 1
     """Passes over the training data."""
     max_steps: int | None = None

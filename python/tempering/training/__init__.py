@@ -4,7 +4,8 @@ Adam settings, the progress bar. See docs/training.md.
 - :class:`TrainingLoop` builds (or restores) the training client and writes the run directory;
   :func:`run_pipelined` runs a trainer's steps one ahead through it.
 - :class:`RunDir`: ``config.json``, ``metrics.jsonl``, ``checkpoints.jsonl``, ``state.json``.
-- :class:`AdamConfig` / :class:`LRSchedule`: per-step ``tinker.AdamParams``.
+- :class:`AdamConfig` / :class:`LRSchedule`: per-step ``tinker.AdamParams``;
+  :func:`fine_tuning_adam`: the fine-tuning trainers' default.
 - :class:`RunConfig`: where a run writes, how often it checkpoints (the model it trains is
   ``tempering.backend.ModelConfig``).
 
@@ -33,7 +34,7 @@ from tempering.training.rundir import (
     RunLockedError,
     config_to_json,
 )
-from tempering.training.schedule import AdamConfig, LRSchedule, ScheduleKind
+from tempering.training.schedule import AdamConfig, LRSchedule, ScheduleKind, fine_tuning_adam
 
 __all__ = [
     "TEST_KILL_ENV",
@@ -54,6 +55,7 @@ __all__ = [
     "TrainingLoop",
     "WandbSink",
     "config_to_json",
+    "fine_tuning_adam",
     "format_duration",
     "make_sinks",
     "run_pipelined",

@@ -15,7 +15,7 @@ import tinker
 
 from tempering.model_info import Stage, check_learning_rate, default_learning_rate
 
-__all__ = ["AdamConfig", "LRSchedule", "ScheduleKind"]
+__all__ = ["AdamConfig", "LRSchedule", "ScheduleKind", "fine_tuning_adam"]
 
 ScheduleKind: TypeAlias = Literal["constant", "linear", "cosine"]
 
@@ -124,3 +124,15 @@ class AdamConfig:
             weight_decay=self.weight_decay,
             grad_clip_norm=self.grad_clip_norm,
         )
+
+
+def fine_tuning_adam() -> AdamConfig:
+    """The fine-tuning trainers' default Adam settings (SFT, the reward model, DPO, top-K
+    distillation): the model's default learning rate (unset until :meth:`AdamConfig.for_model`),
+    two warmup steps, then a linear decay to 0.
+
+    Example::
+
+        adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
+    """
+    return AdamConfig(schedule=LRSchedule("linear", warmup_steps=2))
