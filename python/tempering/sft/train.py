@@ -198,26 +198,29 @@ class ChatData:
             if self.test_path is None
             else (ChatSource(resolve_data_path(self.test_path), columns=self.columns),)
         )
+        sources = (ChatSource(resolve_data_path(self.path), columns=self.columns),)
+        tokenizer = functools.partial(load_tokenizer, model.base_model)
+        to_datums = functools.partial(examples_to_datums, max_length=self.max_length)
         if self.streaming:
             from tempering.data.streaming import StreamingChatDatasetBuilder
 
             return StreamingChatDatasetBuilder(
-                sources=(ChatSource(resolve_data_path(self.path), columns=self.columns),),
-                tokenizer=functools.partial(load_tokenizer, model.base_model),
+                sources=sources,
+                tokenizer=tokenizer,
                 renderer_name=model.renderer(),
                 batch_size=self.batch_size,
                 batches_per_epoch=self.stream_batches,
-                to_datums=functools.partial(examples_to_datums, max_length=self.max_length),
+                to_datums=to_datums,
                 train_on_what=self.train_on_what,
                 test_sources=tests,
                 seed=self.seed,
             )
         return ChatDatasetBuilder(
-            sources=(ChatSource(resolve_data_path(self.path), columns=self.columns),),
-            tokenizer=functools.partial(load_tokenizer, model.base_model),
+            sources=sources,
+            tokenizer=tokenizer,
             renderer_name=model.renderer(),
             batch_size=self.batch_size,
-            to_datums=functools.partial(examples_to_datums, max_length=self.max_length),
+            to_datums=to_datums,
             train_on_what=self.train_on_what,
             test_sources=tests,
             test_size=self.test_size,
