@@ -61,8 +61,8 @@ _FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
     "distill": {
         "teacher-steps": 700, "teacher-batch-size": 64, "teacher-learning-rate": 2e-3,
         "teacher-weight-decay": 0.1, "warmup-steps": 600, "warmup-batch-size": 32,
-        "warmup-learning-rate": 1e-3, "warmup-weight-decay": 0.0, "warmup-problems": 1000, "distill-steps": 40,
-        "batch-size": 16, "learning-rate": 1e-4, "group-size": 8,
+        "warmup-learning-rate": 1e-3, "warmup-weight-decay": 0.0, "warmup-problems": 1000,
+        "distill-steps": 40, "batch-size": 16, "learning-rate": 1e-4, "group-size": 8,
     },
     "topk-distill": {
         "teacher-steps": 300, "teacher-batch-size": 16, "teacher-learning-rate": None, "steps": 100,
