@@ -65,7 +65,7 @@ def test_distill_tiny_budget_subprocess(tmp_path: Path) -> None:
     assert summary["wall_seconds"] > 0
     assert summary["teacher_source"] == "trained"
     assert summary["student_init"] == "fresh tiny model, seed 1"
-    assert summary["config"]["distill_steps"] == 2
+    assert summary["config"]["distill"]["steps"] == 2  # nested: --distill.steps (or --distill-steps)
     for stage in ("teacher", "student-warmup", "distill"):
         assert (out / stage / "checkpoints.jsonl").is_file(), stage
         assert (out / stage / "metrics.jsonl").is_file(), stage
