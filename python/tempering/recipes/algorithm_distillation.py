@@ -179,7 +179,8 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     ad_data = HistoryDataset(histories, window=window, stride=z["stride"])
     seeds = [config.seed * 1000 + i for i in range(z["eval_tasks"])]
     if config.format == "language":
-        return await _language(config, s, family, histories, seeds, figures, extra)
+        lm, lm_figures, lm_data = await _language(config, s, family, histories, seeds)
+        return _finish(config, s, family, seeds, lm, figures | lm_figures, extra | {"language_data": lm_data})
 
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
@@ -247,16 +248,13 @@ async def _language(
     family: InContextTaskFamily,
     histories: LearningHistories,
     seeds: list[int],
-    figures: dict[str, float],
-    extra: dict[str, Any],
-) -> RecipeResult:
+) -> tuple[dict[str, Curve], dict[str, float], str]:
     """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
-    then the same in-context evaluation by sampling."""
+    then the same in-context evaluation by sampling; returns the ``lm`` curve, its figures
+    (``lm_windows``, ``lm_invalid_actions``) and the transcripts' path."""
     z = config.sizes()
     lang = HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
     path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
-    extra["language_data"] = str(path)
-    figures["lm_windows"] = float(len(lang))
     s.say(
         f"language model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
         f"{config.sft.steps} steps"
@@ -268,5 +266,5 @@ async def _language(
     lm, invalid = await evaluate_language_in_context(
         sampler, config.renderer(), family, seeds, z["eval_episodes"], window=z["window"], seed=config.seed
     )
-    figures["lm_invalid_actions"] = float(invalid)
-    return _finish(config, s, family, seeds, {"lm": lm}, figures, extra)
+    figures = {"lm_windows": float(len(lang)), "lm_invalid_actions": float(invalid)}
+    return {"lm": lm}, figures, str(path)
