@@ -43,7 +43,8 @@ Example::
 
     tempering recipe distill                              # trains a teacher, then distils
     tempering recipe distill --teacher runs/demo-20250101-120000/rl --out runs/distill
-    result = asyncio.run(OnPolicyDistillRecipe(out="/tmp/distill", teacher_sft=SFTStage(300, 64, 2e-3))())
+    teacher = SFTStage(300, 64, 2e-3, weight_decay=0.1)              # --teacher-sft.steps 300
+    result = asyncio.run(OnPolicyDistillRecipe(out="/tmp/distill", teacher_sft=teacher)())
 """
 
 from __future__ import annotations
