@@ -57,7 +57,7 @@ def _preset(name: str) -> Any:
 def _settings(full: bool, out: Path) -> dict[str, Any]:
     env = os.environ.get
     z = _preset(env("BENCH_SFT_MODEL", "smollm2") if full else "tiny")
-    steps = int(env("BENCH_SFT_STEPS", str(z.sft_steps))) if full else 4
+    steps = int(env("BENCH_SFT_STEPS", str(z.sft.steps))) if full else 4
     warmup = int(env("BENCH_SFT_WARMUP", "5")) if full else 1
     if not 0 <= warmup < steps:
         raise ValueError(f"BENCH_SFT_WARMUP={warmup} must be at least 0 and below BENCH_SFT_STEPS={steps}")
@@ -70,8 +70,8 @@ def _settings(full: bool, out: Path) -> dict[str, Any]:
         "n_test": z.n_test,
         "steps": steps,
         "warmup": warmup,
-        "batch_size": z.sft_batch_size if full else 8,
-        "lr": z.sft_learning_rate,
+        "batch_size": z.sft.batch_size if full else 8,
+        "lr": z.sft.learning_rate,
         "lr_warmup": steps // 10,
         "out": str(out),
         "rounds": int(env("BENCH_SFT_ROUNDS", "2")) if full else 1,

@@ -38,7 +38,7 @@ def test_write_chat_jsonl(tmp_path: Path) -> None:
 
 
 def test_presets_and_flags() -> None:
-    from tempering.recipes.demo import PRESETS, DemoConfig
+    from tempering.recipes.demo import PRESETS, DemoConfig, DemoRL, DemoSFT
 
     # The main job is the real model with LoRA; tiny is the fast path with full fine-tuning.
     assert DemoConfig().sizes() == PRESETS["smollm2"]
@@ -46,13 +46,19 @@ def test_presets_and_flags() -> None:
     assert PRESETS["smollm2"].lora_rank > 0
     assert PRESETS["tiny"].lora_rank == 0
     assert PRESETS["smollm2"].n_test >= 100
-    tiny = DemoConfig(model="tiny", rl_steps=3, sft_learning_rate=1e-2).sizes()
-    assert (tiny.base_model, tiny.rl_steps, tiny.sft_learning_rate) == ("tempering/tiny", 3, 1e-2)
-    assert tiny.sft_steps == PRESETS["tiny"].sft_steps
-    flat = DemoConfig(model="tiny", rl_steps=3).resolved()  # for code reading the flat fields
-    assert (flat.rl_steps, flat.group_size, flat.lora_rank) == (3, PRESETS["tiny"].group_size, 0)
+    tiny = DemoConfig(model="tiny", rl=DemoRL(steps=3), sft=DemoSFT(learning_rate=1e-2)).sizes()
+    assert (tiny.base_model, tiny.rl.steps, tiny.sft.learning_rate) == ("tempering/tiny", 3, 1e-2)
+    assert tiny.sft.steps == PRESETS["tiny"].sft.steps
+    assert (tiny.group_size, tiny.lora_rank, tiny.rl.batch_size) == (16, 0, 16)
+    # --rl.eval-every is the period of the checkpoints the demo evaluates (the stage's save_every)
+    assert DemoConfig(rl=DemoRL(eval_every=2)).sizes().rl.save_every == 2
+    assert PRESETS["smollm2"].rl.lr_schedule == DemoRL().lr_schedule == "linear"
     with pytest.raises(ValueError, match=r"DemoConfig.group_size is 0; it must be at least 1"):
         DemoConfig(group_size=0).sizes()
+    with pytest.raises(ValueError, match=r"DemoSFT.steps must be >= 1, got 0"):
+        DemoSFT(steps=0)
+    with pytest.raises(ValueError, match=r"DemoRL.learning_rate must be a positive number, got 0"):
+        DemoRL(learning_rate=0.0)
     with pytest.raises(
         ValueError, match=r"DemoConfig.model is 'gpt'; it must be one of \['smollm2', 'tiny'\]"
     ):

@@ -20,6 +20,7 @@ from tempering.backend import ModelConfig
 from tempering.envs.arithmetic import ArithmeticProblems, ScaledExactMatch, split_problems, write_chat_jsonl
 from tempering.local import ServiceClient
 from tempering.recipes.distill import OnPolicyDistillRecipe
+from tempering.recipes.stages import RLStage, SFTStage
 from tempering.sft import ChatData, SFTConfig, train_supervised
 from tempering.training import AdamConfig, LRSchedule, RunConfig
 
@@ -64,7 +65,7 @@ def test_distill_tiny_budget_subprocess(tmp_path: Path) -> None:
     assert summary["wall_seconds"] > 0
     assert summary["teacher_source"] == "trained"
     assert summary["student_init"] == "fresh tiny model, seed 1"
-    assert summary["config"]["distill_steps"] == 2
+    assert summary["config"]["distill"]["steps"] == 2  # nested: --distill.steps (or --distill-steps)
     for stage in ("teacher", "student-warmup", "distill"):
         assert (out / stage / "checkpoints.jsonl").is_file(), stage
         assert (out / stage / "metrics.jsonl").is_file(), stage
@@ -109,11 +110,10 @@ def test_reverse_kl_falls_with_a_given_teacher(
     recipe = OnPolicyDistillRecipe(
         out=str(tmp_path / "distill"),
         teacher=str(teacher_run),  # a run directory: its final checkpoint's sampler weights
-        warmup_steps=0,  # the fresh, randomly initialised student
-        distill_steps=10,
-        batch_size=8,
+        warmup=SFTStage(0),  # the fresh, randomly initialised student
+        # learning rate 1e-2: fast enough for the random student to learn the teacher's format
+        distill=RLStage(10, 1e-2, batch_size=8),
         group_size=4,
-        learning_rate=1e-2,  # fast enough for the random student to learn the teacher's format
         n_test=16,
         eval_samples=2,
         progress=False,
@@ -145,9 +145,8 @@ def test_self_distillation_has_zero_reverse_kl(
         out=str(tmp_path / "self"),
         teacher=final["sampler_path"],
         student_init_state=final["state_path"],
-        warmup_steps=0,
-        distill_steps=1,
-        batch_size=4,
+        warmup=SFTStage(0),
+        distill=RLStage(1, 1e-4, batch_size=4),
         group_size=2,
         n_test=8,
         eval_samples=1,
@@ -162,18 +161,28 @@ def test_self_distillation_has_zero_reverse_kl(
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("distill_steps", 0, "OnPolicyDistillRecipe.distill_steps (--distill-steps) must be > 0, got 0"),
         ("group_size", 0, "OnPolicyDistillRecipe.group_size (--group-size) must be > 0"),
-        ("warmup_steps", -1, "OnPolicyDistillRecipe.warmup_steps (--warmup-steps) must be >= 0"),
-        ("teacher_steps", 0, "teacher_steps (--teacher-steps) must be > 0 when no --teacher is given"),
+        (
+            "teacher_sft",
+            SFTStage(0, 64, 2e-3),
+            "teacher_sft.steps (--teacher-sft.steps) must be > 0 when no --teacher is given",
+        ),
         ("lora_rank", -2, "OnPolicyDistillRecipe.lora_rank (--lora-rank) must be >= 0, got -2"),
         ("distill_coef", 0.0, "OnPolicyDistillRecipe.distill_coef (--distill-coef) must be > 0"),
-        ("warmup_problems", 0, "warmup_problems (--warmup-problems) must be > 0 when --warmup-steps"),
+        ("warmup_problems", 0, "warmup_problems (--warmup-problems) must be > 0 when --warmup.steps"),
     ],
 )
 def test_bad_config_names_the_field(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         OnPolicyDistillRecipe(**{field: value})  # pyright: ignore[reportArgumentType]
+
+
+def test_bad_stage_names_the_field() -> None:
+    with pytest.raises(ValueError, match=re.escape("RLStage.steps must be >= 1, got 0")):
+        OnPolicyDistillRecipe(distill=RLStage(0, 1e-4))
+    with pytest.raises(ValueError, match=re.escape("SFTStage.steps must be >= 0, got -1")):
+        OnPolicyDistillRecipe(warmup=SFTStage(-1))
+    OnPolicyDistillRecipe(teacher="runs/x", teacher_sft=SFTStage(0))  # a given teacher: no SFT stage
 
 
 def test_teacher_directory_without_checkpoints_is_refused(

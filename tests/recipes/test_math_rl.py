@@ -14,7 +14,8 @@ import pytest
 
 from tempering.data.hub import MathProblem
 from tempering.recipes import load_recipe
-from tempering.recipes.math_rl import MathRLRecipe, write_sft_chat
+from tempering.recipes.math_rl import MathRLRecipe, WarmUp, write_sft_chat
+from tempering.recipes.stages import SFTStage
 
 _TINY = [
     "--sft-steps", "6", "--sft-batch-size", "8", "--rl-steps", "2", "--rl-batch-size", "2",
@@ -32,8 +33,8 @@ def test_bad_config_is_refused() -> None:
         MathRLRecipe(group_size=0)
     with pytest.raises(ValueError, match="unknown dataset 'gsm9k'"):
         MathRLRecipe(dataset="gsm9k")
-    with pytest.raises(ValueError, match="sft_steps"):
-        MathRLRecipe(sft_steps=-1)
+    with pytest.raises(ValueError, match=r"WarmUp\.steps must be >= 0, got -1"):
+        MathRLRecipe(sft=WarmUp(steps=-1))
 
 
 def test_defaults_follow_the_model() -> None:
@@ -43,6 +44,10 @@ def test_defaults_follow_the_model() -> None:
     hosted = MathRLRecipe(base_model="Qwen/Qwen3.5-9B")
     assert hosted.task().source is None  # the dataset's hub name
     assert hosted.prompt_instruction == "Put the final answer in \\boxed{}."
+    # the SFT warm-up's steps follow the model: the tiny model starts from random weights
+    assert tiny.sft.stage(tiny.tiny) == SFTStage(300, 32, 2e-3, weight_decay=0.1)
+    assert hosted.sft.stage(hosted.tiny).steps == 0
+    assert MathRLRecipe(sft=WarmUp(steps=7)).sft.stage(True).steps == 7
 
 
 def test_sft_rows_end_in_a_boxed_answer(tmp_path: Path) -> None:

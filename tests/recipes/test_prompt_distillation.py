@@ -16,6 +16,7 @@ from tempering.backend import load_tokenizer
 from tempering.local import ServiceClient
 from tempering.recipes import load_recipe
 from tempering.recipes.prompt_distillation import PromptDistillationRecipe
+from tempering.recipes.stages import SFTStage
 from tempering.renderers import get_renderer
 from tempering.sft.prompt_distill import prompt_distill_datums, query_of, teacher_answers, with_instructions
 from tempering.sft.topk_distill import teacher_topk
@@ -81,8 +82,8 @@ def test_prompt_distillation_tiny_budget(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     out = tmp_path / "run"
     recipe = PromptDistillationRecipe(
-        out=str(out), n_train=32, n_test=8, steps=12, batch_size=16, max_tokens=6, targets="topk", k=4,
-        progress=False,
+        out=str(out), n_train=32, n_test=8, student=SFTStage(12, 16, schedule="linear"), max_tokens=6,
+        targets="topk", k=4, progress=False,
     )  # fmt: skip
     result = asyncio.run(recipe())
     f = result.figures

@@ -13,6 +13,7 @@ import pytest
 from tempering import assets
 from tempering.recipes import load_recipe
 from tempering.recipes.sdft import SDFTRecipe, read_pairs
+from tempering.recipes.stages import SFTStage
 from tempering.sft.sdft import final_answer, keeps_final_answer, rewrite_prompt, sdft_conversations
 
 REF = "Tom has 23 cards and gives 7 away: 23 - 7 = <<23-7=16>>16\n#### 16"
@@ -61,7 +62,13 @@ def test_sdft_tiny_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     out = tmp_path / "run"
     recipe = SDFTRecipe(
-        out=str(out), n_train=32, n_test=6, n_other=6, steps=6, batch_size=16, max_tokens=12, progress=False
+        out=str(out),
+        n_train=32,
+        n_test=6,
+        n_other=6,
+        sft=SFTStage(6, 16, schedule="linear"),
+        max_tokens=12,
+        progress=False,
     )
     result = asyncio.run(recipe())
     f = result.figures

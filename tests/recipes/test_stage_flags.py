@@ -5,6 +5,7 @@ defaults its flat flags had (the table below: the flat defaults of main at de14e
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -57,6 +58,18 @@ _FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
         "rl-steps": 20, "rl-batch-size": 8, "rl-learning-rate": 1e-4, "sft-steps": 300, "sft-batch-size": 32,
         "sft-learning-rate": 2e-3,
     },
+    "distill": {
+        "teacher-steps": 700, "teacher-batch-size": 64, "teacher-learning-rate": 2e-3,
+        "teacher-weight-decay": 0.1, "warmup-steps": 600, "warmup-batch-size": 32,
+        "warmup-learning-rate": 1e-3, "warmup-weight-decay": 0.0, "warmup-problems": 1000,
+        "distill-steps": 40, "batch-size": 16, "learning-rate": 1e-4, "group-size": 8,
+    },
+    "topk-distill": {
+        "teacher-steps": 300, "teacher-batch-size": 16, "teacher-learning-rate": None, "steps": 100,
+        "batch-size": 16, "learning-rate": None,
+    },
+    "prompt-distillation": {"steps": 100, "batch-size": 16, "learning-rate": None},
+    "sdft": {"steps": 100, "batch-size": 16, "learning-rate": None},
     "twenty-questions": {
         "rl-steps": 8, "rl-batch-size": 2, "rl-learning-rate": 1e-4, "sft-steps": 120, "sft-batch-size": 16,
         "sft-learning-rate": 2e-3, "sft-games": 1000,
@@ -141,6 +154,119 @@ def test_stages_validate_their_fields() -> None:
     DPORecipe(sft=chat_stage(0), init_state="tempering://some/weights/final")  # no SFT stage: allowed
     with pytest.raises(ValueError, match="resolve it first"):
         SFTStage(3).adam()
+
+
+def test_converted_stages_are_the_stages_built_before() -> None:
+    """Each stage a recipe built from flat fields (``SFTStage(self.steps, self.batch_size, lr,
+    schedule="linear")``) is now its nested default, with every setting that was not a flag."""
+    from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
+    from tempering.recipes.distill import OnPolicyDistillRecipe
+    from tempering.recipes.math_rl import MathRLRecipe
+    from tempering.recipes.prompt_distillation import PromptDistillationRecipe
+    from tempering.recipes.sdft import SDFTRecipe
+    from tempering.recipes.topk_distill import TopKDistillRecipe
+    from tempering_protocols import TrainOnWhat
+
+    linear = SFTStage(100, 16, None, schedule="linear")
+    assert SDFTRecipe().sft == PromptDistillationRecipe().student == TopKDistillRecipe().student == linear
+    assert TopKDistillRecipe().teacher_sft == SFTStage(300, 16, None, schedule="linear")
+    distill = OnPolicyDistillRecipe()
+    assert distill.teacher_sft == SFTStage(700, 64, 2e-3, weight_decay=0.1)
+    assert distill.warmup == SFTStage(600, 32, 1e-3, weight_decay=0.0)
+    assert distill.distill == RLStage(40, 1e-4, batch_size=16)
+    ad = AlgorithmDistillationRecipe().sft
+    assert ad == SFTStage(100, 8, 2e-3, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES)
+    math = MathRLRecipe()
+    assert math.sft.stage(tiny=True) == SFTStage(300, 32, 2e-3, weight_decay=0.1)
+    assert math.sft.stage(tiny=False).steps == 0
+
+
+# The demo's flat flags and what each meant in each model's preset before the stages were nested.
+_DEMO_PRESETS: dict[str, dict[str, object]] = {
+    "smollm2": {
+        "sft-steps": 40, "sft-batch-size": 32, "sft-learning-rate": 1e-3, "sft-eval-every": 0,
+        "sft-weight-decay": 0.0, "rl-steps": 8, "rl-batch-size": 8, "rl-learning-rate": 1e-4,
+        "rl-eval-every": 8, "rl-lr-schedule": "linear", "rl-loss-fn": "importance_sampling",
+        "rl-num-substeps": 1,
+    },
+    "tiny": {
+        "sft-steps": 600, "sft-batch-size": 64, "sft-learning-rate": 2e-3, "sft-eval-every": 100,
+        "sft-weight-decay": 0.1, "rl-steps": 80, "rl-batch-size": 16, "rl-learning-rate": 2e-4,
+        "rl-eval-every": 10, "rl-lr-schedule": "linear", "rl-loss-fn": "importance_sampling",
+        "rl-num-substeps": 1,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", sorted(_DEMO_PRESETS))
+def test_demo_flags_keep_their_presets_and_both_spellings_work(model: str) -> None:
+    from tempering.cli._checks import FlagError
+    from tempering.recipes.demo import DemoConfig
+
+    aliases = flat_aliases(DemoConfig)
+    sizes = _tyro_cli(DemoConfig, ["--model", model], "t", "t").sizes()
+    for flag, before in _DEMO_PRESETS[model].items():
+        group, leaf = aliases[flag].replace("-", "_").split(".")
+        leaf = "save_every" if (group, leaf) == ("rl", "eval_every") else leaf  # checkpoints evaluated
+        assert getattr(getattr(sizes, group), leaf) == before, f"{model} --{flag}"
+    flat = [
+        "--model",
+        model,
+        "--sft-steps",
+        "5",
+        "--rl-batch-size=3",
+        "--rl-eval-every",
+        "2",
+        "--rl-loss-fn",
+        "ppo",
+    ]
+    nested = [
+        "--model",
+        model,
+        "--sft.steps",
+        "5",
+        "--rl.batch-size=3",
+        "--rl.eval-every",
+        "2",
+        "--rl.loss-fn",
+        "ppo",
+    ]
+    a, b = _tyro_cli(DemoConfig, flat, "t", "t"), _tyro_cli(DemoConfig, nested, "t", "t")
+    assert a == b
+    z = a.sizes()
+    assert (z.sft.steps, z.rl.batch_size, z.rl.save_every, z.rl.loss_fn) == (5, 3, 2, "ppo")
+    assert z.sft.batch_size == _DEMO_PRESETS[model]["sft-batch-size"]  # the preset, beside the flag given
+    with pytest.raises(FlagError, match=r"--rl-steps and --rl\.steps are both given"):
+        _tyro_cli(DemoConfig, ["--rl-steps", "2", "--rl.steps", "3"], "t", "t")
+
+
+@pytest.mark.parametrize(
+    ("name", "flat", "nested", "path", "value"),
+    [
+        ("distill", "--batch-size", "--distill.batch-size", "distill.batch_size", 3),
+        ("distill", "--teacher-steps", "--teacher-sft.steps", "teacher_sft.steps", 3),
+        ("distill", "--warmup-learning-rate", "--warmup.learning-rate", "warmup.learning_rate", 0.5),
+        ("topk-distill", "--steps", "--student.steps", "student.steps", 3),
+        ("topk-distill", "--teacher-batch-size", "--teacher-sft.batch-size", "teacher_sft.batch_size", 3),
+        ("prompt-distillation", "--batch-size", "--student.batch-size", "student.batch_size", 3),
+        ("sdft", "--learning-rate", "--sft.learning-rate", "sft.learning_rate", 0.5),
+        ("algorithm-distillation", "--sft-batch-size", "--sft.batch-size", "sft.batch_size", 3),
+        ("math-rl", "--sft-steps", "--sft.steps", "sft.steps", 3),
+        ("math-rl", "--sft-weight-decay", "--sft.weight-decay", "sft.weight_decay", 0.5),
+    ],
+)  # fmt: skip
+def test_converted_recipes_take_both_spellings_and_refuse_both_at_once(
+    name: str, flat: str, nested: str, path: str, value: float
+) -> None:
+    from tempering.cli._checks import FlagError
+
+    cls = load_recipe(name)
+    a = _tyro_cli(cls, [flat, str(value)], "t", "t")
+    b = _tyro_cli(cls, [f"{nested}={value}"], "t", "t")
+    assert a == b
+    assert _value(a, path.replace("_", "-"), {}) == value
+    with pytest.raises(FlagError, match=f"{flat} and {re.escape(nested)} are both given"):
+        _tyro_cli(cls, [flat, str(value), nested, str(value)], "t", "t")
 
 
 def test_stage_field_metadata_keys_match_the_cli() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from tempering import assets
 from tempering.recipes import load_recipe
+from tempering.recipes.stages import SFTStage
 from tempering.recipes.topk_distill import TopKDistillRecipe
 
 
@@ -24,8 +25,8 @@ def test_topk_distill_tiny_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     small.write_text("".join(assets.path("arithmetic_chat_test.jsonl").read_text().splitlines(True)[:16]))
     out = tmp_path / "run"
     recipe = TopKDistillRecipe(
-        out=str(out), test_path=str(small), n_test=8, n_train=48, teacher_steps=16, teacher_batch_size=16,
-        steps=12, batch_size=16, k=4, max_tokens=4, progress=False,
+        out=str(out), test_path=str(small), n_test=8, n_train=48, k=4, max_tokens=4, progress=False,
+        teacher_sft=SFTStage(16, 16, schedule="linear"), student=SFTStage(12, 16, schedule="linear"),
     )  # fmt: skip
     result = asyncio.run(recipe())
     f = result.figures

@@ -209,15 +209,15 @@ def test_self_run_teacher_follows_the_model_preset() -> None:
     from tempering.recipes.demo import PRESETS
     from tempering.recipes.trajectory_sft import teacher_demo
 
-    real = PRESETS["smollm2"]
+    real = PRESETS["smollm2"].sft
     for name in ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m-instruct"):
-        demo = teacher_demo(name)
-        assert (demo.sft_batch_size, demo.sft_learning_rate, demo.sft_weight_decay) == (
-            real.sft_batch_size, real.sft_learning_rate, real.sft_weight_decay,
+        demo = teacher_demo(name).sizes().sft
+        assert (demo.batch_size, demo.learning_rate, demo.weight_decay) == (
+            real.batch_size, real.learning_rate, real.weight_decay,
         )  # fmt: skip
-    tiny = teacher_demo("tempering/tiny")
-    assert (tiny.sft_batch_size, tiny.sft_learning_rate) == (
-        PRESETS["tiny"].sft_batch_size,
-        PRESETS["tiny"].sft_learning_rate,
+    tiny = teacher_demo("tempering/tiny").sizes().sft
+    assert (tiny.batch_size, tiny.learning_rate) == (
+        PRESETS["tiny"].sft.batch_size,
+        PRESETS["tiny"].sft.learning_rate,
     )
-    assert teacher_demo("acme/Other-1B").sft_batch_size == PRESETS["tiny"].sft_batch_size
+    assert teacher_demo("acme/Other-1B").sizes().sft.batch_size == PRESETS["tiny"].sft.batch_size

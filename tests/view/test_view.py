@@ -342,7 +342,13 @@ def test_demo_without_view_extra_says_which_extra(
     monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import fails
     out = tmp_path / "run"
     tiny = demo.DemoConfig(
-        model="tiny", out=str(out), sft_steps=2, rl_steps=1, n_test=8, eval_seeds=1, progress=False
+        model="tiny",
+        out=str(out),
+        sft=demo.DemoSFT(steps=2),
+        rl=demo.DemoRL(steps=1),
+        n_test=8,
+        eval_seeds=1,
+        progress=False,
     )
     try:
         assert demo.main(tiny) == 1

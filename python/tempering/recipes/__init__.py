@@ -10,8 +10,9 @@
 
 Example::
 
-    from tempering.recipes.demo import DemoConfig
-    summary = asyncio.run(DemoConfig(model="tiny", out="/tmp/demo", sft_steps=40, rl_steps=4)())
+    from tempering.recipes.demo import DemoConfig, DemoRL, DemoSFT
+    demo = DemoConfig(model="tiny", out="/tmp/demo", sft=DemoSFT(steps=40), rl=DemoRL(steps=4))
+    summary = asyncio.run(demo())
     config = load_recipe("chat-sft")(out="/tmp/chat")      # same as `tempering recipe chat-sft`
 """
 

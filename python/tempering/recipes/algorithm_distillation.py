@@ -12,7 +12,7 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
    ``<out>/ed-model`` (run directories; ``tempering view <out>`` shows their losses).
    ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``
    (``{"messages": [...]}`` rows, ``tempering sft``'s input), and ``--base-model`` fine-tuned on
-   them (``--sft-*``, every assistant message trained) into ``<out>/lm-model``.
+   them (``--sft.*``, every assistant message trained) into ``<out>/lm-model``.
 4. In-context evaluation: ``--eval-tasks`` held-out tasks, ``--eval-episodes``
    episodes, weights frozen, the context carried across episodes; AD, ED, the source learner's
    own curve and a random policy (the language model ``lm``, sampled, in place of AD and ED
@@ -62,7 +62,7 @@ from tempering.ad.evaluate import Curve
 from tempering.ad.language import evaluate_language_in_context
 from tempering.ad.model import Tokens
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
-from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
+from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage, stage_field
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
 
 __all__ = ["AlgorithmDistillationRecipe", "TaskName"]
@@ -143,12 +143,12 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Leave the expert distillation baseline out."""
     device: str | None = None
     """``cpu`` or ``cuda``; default: the local engine's choice."""
-    sft_steps: int = positive(100)
-    """Language format: SFT steps of ``--base-model`` on the transcripts."""
-    sft_batch_size: int = positive(8)
-    """Language format: transcripts per SFT step."""
-    sft_learning_rate: float = 2e-3
-    """Language format: the SFT learning rate (full fine-tuning of the tiny model: 2e-3)."""
+    sft: SFTStage = stage_field(
+        SFTStage(100, 8, 2e-3, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES), required=True
+    )
+    """Language format: the SFT of ``--base-model`` on the transcripts (``--sft.steps`` or
+    ``--sft-steps``, ``--sft.batch-size`` transcripts per step, ``--sft.learning-rate``: 2e-3,
+    full fine-tuning of the tiny model), every assistant message trained."""
 
     NAME: ClassVar[str] = "algorithm-distillation"
 
@@ -179,7 +179,8 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     ad_data = HistoryDataset(histories, window=window, stride=z["stride"])
     seeds = [config.seed * 1000 + i for i in range(z["eval_tasks"])]
     if config.format == "language":
-        return await _language(config, s, family, histories, seeds, figures, extra)
+        lm, lm_figures, lm_data = await _language(config, s, family, histories, seeds)
+        return _finish(config, s, family, seeds, lm, figures | lm_figures, extra | {"language_data": lm_data})
 
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
@@ -209,10 +210,6 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
         )
         curves[name] = evaluate_in_context(model, family, seeds, z["eval_episodes"], seed=config.seed)
         figures[f"{name}_windows"] = float(len(data))
-    curves["source"] = source_curve(family, seeds, z["eval_episodes"])
-    curves["random"] = random_curve(family, seeds, z["eval_episodes"], seed=config.seed)
-    optimal = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
-    figures["optimal_return"] = optimal
     return _finish(config, s, family, seeds, curves, figures, extra)
 
 
@@ -225,6 +222,14 @@ def _finish(
     figures: dict[str, float],
     extra: dict[str, Any],
 ) -> RecipeResult:
+    """The learned ``curves`` beside the source learner's and a random policy's on the same
+    held-out tasks, their figures, the curves written, ``summary.json``."""
+    episodes = config.sizes()["eval_episodes"]
+    curves = curves | {
+        "source": source_curve(family, seeds, episodes),
+        "random": random_curve(family, seeds, episodes, seed=config.seed),
+    }
+    figures["optimal_return"] = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
     for name, c in curves.items():
         figures[f"{name}_first_return"] = float(c[:, 0].mean())
         figures[f"{name}_last_return"] = float(c[:, -1].mean())
@@ -243,34 +248,23 @@ async def _language(
     family: InContextTaskFamily,
     histories: LearningHistories,
     seeds: list[int],
-    figures: dict[str, float],
-    extra: dict[str, Any],
-) -> RecipeResult:
+) -> tuple[dict[str, Curve], dict[str, float], str]:
     """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
-    then the same in-context evaluation by sampling."""
+    then the same in-context evaluation by sampling; returns the ``lm`` curve, its figures
+    (``lm_windows``, ``lm_invalid_actions``) and the transcripts' path."""
     z = config.sizes()
     lang = HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
     path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
-    extra["language_data"] = str(path)
-    figures["lm_windows"] = float(len(lang))
     s.say(
         f"language model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
-        f"{config.sft_steps} steps"
+        f"{config.sft.steps} steps"
     )
-    stage = SFTStage(
-        config.sft_steps, config.sft_batch_size, config.sft_learning_rate,
-        train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
-    )  # fmt: skip
-    sft = await sft_stage(s, "lm-model", stage, model=fresh_model(config), train_path=path, seed=config.seed)
+    sft = await sft_stage(
+        s, "lm-model", config.sft, model=fresh_model(config), train_path=path, seed=config.seed
+    )
     sampler = await s.sampler(sft.final.sampler_path)
     lm, invalid = await evaluate_language_in_context(
         sampler, config.renderer(), family, seeds, z["eval_episodes"], window=z["window"], seed=config.seed
     )
-    figures["lm_invalid_actions"] = float(invalid)
-    curves = {
-        "lm": lm,
-        "source": source_curve(family, seeds, z["eval_episodes"]),
-        "random": random_curve(family, seeds, z["eval_episodes"], seed=config.seed),
-    }
-    figures["optimal_return"] = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
-    return _finish(config, s, family, seeds, curves, figures, extra)
+    figures = {"lm_windows": float(len(lang)), "lm_invalid_actions": float(invalid)}
+    return {"lm": lm}, figures, str(path)

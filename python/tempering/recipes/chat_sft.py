@@ -40,7 +40,7 @@ import attrs
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, format_replies, held_out_replies, replies_json
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive, recipe_learning_rate
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage, stage_field
 from tempering.renderers import get_renderer
 from tempering.training import TrainResult
@@ -147,7 +147,7 @@ class ChatSFTRecipe(RecipeConfig):
     NAME: ClassVar[str] = "chat-sft"
 
     async def run(self, s: RecipeSession) -> RecipeResult:
-        stage = self.sft.at(recipe_learning_rate(self.base_model, self.sft.learning_rate))
+        stage = self.sft.for_model(self.base_model)
         outcome = await train_chat_sft(s, stage, train_path=self.train_path, test_path=self.test_path)
         print(format_replies(outcome.before, outcome.after))
         figures = {

@@ -2,24 +2,26 @@
 rewards from that checkpoint, on the local engine, offline: LoRA on the real
 SmolLM2-135M-Instruct by default (``--model smollm2``), or full fine-tuning of the built-in tiny
 model from random weights (``--model tiny``, the fast path the tests use). Each model has its own
-sizes and budgets (:data:`PRESETS`); a flag given wins over the preset.
+sizes and budgets (:data:`PRESETS`: each model's :class:`DemoSizes`, its stages complete); a
+flag given wins over the preset. The stages are nested flags (``--sft.steps``, ``--rl.batch-size``;
+the flat ``--sft-steps``, ``--rl-batch-size`` as before).
 
 The pipeline is made of the library's own pieces; nothing here is a training loop:
 
 1. Data: every two-digit ``a+b=`` / ``a-b=`` problem, split by a seeded shuffle into a held-out
    set (``n_test``) and the training set (:mod:`tempering.envs.arithmetic`); written as chat
    JSONL into ``<out>/data``.
-2. SFT: :func:`tempering.sft.train_supervised` (``--sft-steps`` steps; LoRA, or full
+2. SFT: :func:`tempering.sft.train_supervised` (``--sft.steps`` steps, or ``--sft-steps``; LoRA, or full
    fine-tuning with ``--lora-rank 0``) with held-out NLL and held-out accuracy evaluators, the
    latter first before any step (the untrained model: ``base_accuracy``); run directory
    ``<out>/sft``.
 3. RL: :func:`tempering.rl.train` starting from the SFT run's final checkpoint
    (``ModelConfig.init_state``) on :class:`~tempering.envs.arithmetic.ArithmeticProblems`
-   (reward 1 for the exact answer), ``--rl-steps`` steps of ``rl_batch_size`` problems ×
+   (reward 1 for the exact answer), ``--rl.steps`` steps of ``rl.batch_size`` problems ×
    ``group_size`` samples, advantages normalised per group, learning rate decayed linearly; run
    directory ``<out>/rl``, with the rollouts logged under ``<out>/rl/trajectories`` (the loop
    has no test set: the demo evaluates its checkpoints itself, step 4).
-4. The RL weights of every periodic checkpoint (``--rl-eval-every``) and the final ones are
+4. The RL weights of every periodic checkpoint (``--rl.eval-every``) and the final ones are
    evaluated like the SFT ones; ``<out>`` gets ``metrics.jsonl`` (both stages, with ``stage``
    and ``global_step``, the RL checkpoints' held-out accuracies merged into the RL lines),
    ``trajectories/eval/step-NNNNNN.jsonl`` (each evaluation's sampled answers to the first
@@ -41,13 +43,13 @@ summary line) and its spread over evaluation seeds (``spread``; mean ± sd in th
 The RL stage alone, from the SFT checkpoint, is ``tempering rl dataset:arithmetic-demo`` (see
 docs/quickstart.md).
 
-Shapes: ``P`` problems per RL step (``rl_batch_size``), ``G`` samples per problem (``group_size``).
+Shapes: ``P`` problems per RL step (``rl.batch_size``), ``G`` samples per problem (``group_size``).
 
 Example::
 
     tempering demo                                   # SmolLM2-135M-Instruct: docs/benchmarks.md#demo
     tempering demo --model tiny --sft-steps 40 --rl-steps 4 --out /tmp/demo
-    summary = asyncio.run(DemoConfig(model="tiny", out="/tmp/demo")())
+    summary = asyncio.run(DemoConfig(model="tiny", out="/tmp/demo", rl=DemoRL(steps=4))())
 """
 
 from __future__ import annotations
@@ -65,11 +67,21 @@ from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.evals.stats import Spread
 from tempering.losses import RLLossName
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, recipe_session, rl_stage, sft_stage
+from tempering.recipes.stages import (
+    RecipeSession,
+    RLStage,
+    SFTStage,
+    at_least,
+    recipe_session,
+    rl_stage,
+    sft_stage,
+    stage_field,
+    valid_learning_rate,
+)
 from tempering.training import RunDir
 from tempering.training.schedule import ScheduleKind
 
-__all__ = ["PRESETS", "DemoConfig", "DemoModel", "DemoSizes", "DemoSummary", "main"]
+__all__ = ["PRESETS", "DemoConfig", "DemoModel", "DemoRL", "DemoSFT", "DemoSizes", "DemoSummary", "main"]
 
 DemoModel = Literal["smollm2", "tiny"]
 """The demo's models: the real SmolLM2-135M-Instruct (LoRA) or the built-in tiny model."""
@@ -78,42 +90,91 @@ DemoModel = Literal["smollm2", "tiny"]
 @attrs.frozen(kw_only=True)
 class DemoSizes:
     """One model's demo: its base model and every size and budget :class:`DemoConfig` leaves
-    unset (:data:`PRESETS`)."""
+    unset (:data:`PRESETS`), its stages complete (``sizes.sft.steps``, ``sizes.rl.batch_size``;
+    the RL stage's ``save_every`` is the period of the checkpoints the demo evaluates)."""
 
     base_model: str
     lora_rank: int
     n_test: int
     eval_samples: int
-    sft_steps: int
-    sft_batch_size: int
-    sft_learning_rate: float
-    sft_eval_every: int
-    sft_weight_decay: float
-    rl_steps: int
-    rl_batch_size: int
     group_size: int
-    rl_learning_rate: float
-    rl_eval_every: int
     num_threads: int
     """Torch threads when neither ``num_threads`` nor ``$TEMPERING_NUM_THREADS`` says."""
+    sft: SFTStage
+    rl: RLStage
 
 
 PRESETS: Mapping[str, DemoSizes] = {
     # The real model: the benchmark in docs/benchmarks.md#demo (under 10 minutes on 2 cores).
     "smollm2": DemoSizes(
         base_model="HuggingFaceTB/SmolLM2-135M-Instruct", lora_rank=32, n_test=100, eval_samples=4,
-        sft_steps=40, sft_batch_size=32, sft_learning_rate=1e-3, sft_eval_every=0, sft_weight_decay=0.0,
-        rl_steps=8, rl_batch_size=8, group_size=8, rl_learning_rate=1e-4, rl_eval_every=8, num_threads=2,
+        group_size=8, num_threads=2, sft=SFTStage(40, 32, 1e-3, eval_every=0, weight_decay=0.0),
+        rl=RLStage(8, 1e-4, lr_schedule="linear", save_every=8, batch_size=8),
     ),
     # The tiny model from random weights, full fine-tuning: two threads were slower than one on
     # 2 cores (docs/benchmarks.md).
     "tiny": DemoSizes(
         base_model="tempering/tiny", lora_rank=0, n_test=200, eval_samples=4,
-        sft_steps=600, sft_batch_size=64, sft_learning_rate=2e-3, sft_eval_every=100, sft_weight_decay=0.1,
-        rl_steps=80, rl_batch_size=16, group_size=16, rl_learning_rate=2e-4, rl_eval_every=10, num_threads=1,
+        group_size=16, num_threads=1, sft=SFTStage(600, 64, 2e-3, eval_every=100, weight_decay=0.1),
+        rl=RLStage(80, 2e-4, lr_schedule="linear", save_every=10, batch_size=16),
     ),
 }  # fmt: skip
 """Each model's sizes and budgets (``--model``); a flag given on the command line wins."""
+
+
+def _given(stage: attrs.AttrsInstance) -> dict[str, Any]:
+    return {k: v for k, v in attrs.asdict(stage).items() if v is not None}
+
+
+@attrs.frozen
+class DemoSFT:
+    """The demo's SFT stage as flags (``--sft.steps``, or the flat ``--sft-steps``): a setting
+    left unset takes the model's preset (:data:`PRESETS`); :meth:`over` is the complete stage."""
+
+    steps: int | None = attrs.field(default=None, validator=at_least(1))
+    """SFT steps on the training problems."""
+    batch_size: int | None = attrs.field(default=None, validator=at_least(1))
+    """Problems per SFT step."""
+    learning_rate: float | None = attrs.field(default=None, validator=valid_learning_rate)
+    """Peak learning rate of the SFT stage."""
+    eval_every: int | None = attrs.field(default=None, validator=at_least(0))
+    """Evaluate SFT every this many steps (0: before and after only)."""
+    weight_decay: float | None = None
+    """AdamW weight decay of the SFT stage (on the tiny model it learns the carry in about half
+    the steps, docs/benchmarks.md#demo)."""
+
+    def over(self, preset: SFTStage) -> SFTStage:
+        """``preset`` with every setting given here in its place."""
+        return attrs.evolve(preset, **_given(self))
+
+
+@attrs.frozen
+class DemoRL:
+    """The demo's RL stage as flags (``--rl.steps``, or the flat ``--rl-steps``): a setting left
+    unset takes the model's preset (:data:`PRESETS`); :meth:`over` is the complete stage."""
+
+    steps: int | None = attrs.field(default=None, validator=at_least(1))
+    """RL steps from the SFT checkpoint."""
+    batch_size: int | None = attrs.field(default=None, validator=at_least(1))
+    """Problems per RL step (``P``)."""
+    learning_rate: float | None = attrs.field(default=None, validator=valid_learning_rate)
+    """Peak learning rate of the RL stage."""
+    eval_every: int | None = attrs.field(default=None, validator=at_least(0))
+    """Save the RL policy every this many steps; the demo evaluates each after the run (the
+    stage's ``save_every``)."""
+    lr_schedule: ScheduleKind = "linear"
+    """``constant``, ``linear`` (decay to 0 at the last step) or ``cosine``."""
+    loss_fn: RLLossName = "importance_sampling"
+    """The RL loss (docs/rl.md, Losses)."""
+    num_substeps: int = attrs.field(default=1, validator=at_least(1))
+    """Optimizer steps per RL batch (the batch is split into this many minibatches)."""
+
+    def over(self, preset: RLStage) -> RLStage:
+        """``preset`` with every setting given here in its place."""
+        given = _given(self)
+        if "eval_every" in given:
+            given["save_every"] = given.pop("eval_every")
+        return attrs.evolve(preset, **given)
 
 
 @attrs.frozen(kw_only=True)
@@ -143,35 +204,14 @@ class DemoConfig:
     """Held-out problems whose sampled answers each evaluation keeps for the page."""
     lora_rank: int | None = None
     """LoRA rank (0: full fine-tuning)."""
-    sft_steps: int | None = None
-    """SFT steps on the training problems."""
-    sft_batch_size: int | None = None
-    """Problems per SFT step."""
-    sft_learning_rate: float | None = None
-    """Peak learning rate of the SFT stage."""
-    sft_eval_every: int | None = None
-    """Evaluate SFT every this many steps (0: before and after only)."""
-    sft_weight_decay: float | None = None
-    """AdamW weight decay of the SFT stage (on the tiny model it learns the carry in about half
-    the steps, docs/benchmarks.md#demo)."""
-    rl_steps: int | None = None
-    """RL steps from the SFT checkpoint."""
-    rl_batch_size: int | None = None
-    """Problems per RL step (``P``)."""
+    sft: DemoSFT = stage_field(DemoSFT())
+    """The SFT stage (``--sft.steps`` or ``--sft-steps``, ``--sft.batch-size``, ...)."""
+    rl: DemoRL = stage_field(DemoRL())
+    """The RL stage (``--rl.steps`` or ``--rl-steps``, ``--rl.batch-size``, ``--rl.eval-every``, ...)."""
     group_size: int | None = None
     """Samples per problem (``G``); the advantage is the reward minus the group's mean."""
-    rl_learning_rate: float | None = None
-    """Peak learning rate of the RL stage."""
-    rl_lr_schedule: ScheduleKind = "linear"
-    """``constant``, ``linear`` (decay to 0 at the last step) or ``cosine``."""
-    rl_loss_fn: RLLossName = "importance_sampling"
-    """The RL loss (docs/rl.md, Losses)."""
-    rl_num_substeps: int = 1
-    """Optimizer steps per RL batch (the batch is split into this many minibatches)."""
     normalize_advantages: bool = True
     """Divide each group's advantages by its reward standard deviation (GRPO-style)."""
-    rl_eval_every: int | None = None
-    """Save the RL policy every this many steps; the demo evaluates each after the run."""
     log_trajectories: bool = True
     """Log the RL rollouts under ``<out>/rl/trajectories`` (Parquet + text; docs/rl.md)."""
     num_threads: int | None = None
@@ -183,13 +223,6 @@ class DemoConfig:
     async def __call__(self) -> DemoSummary:
         return await run_demo(self)
 
-    def resolved(self) -> DemoConfig:
-        """This config with every size it leaves unset taken from its model's preset, for code
-        that reads the flat fields (``config.resolved().sft_steps``)."""
-        sizes = attrs.asdict(self.sizes())
-        del sizes["base_model"]
-        return attrs.evolve(self, **sizes)
-
     def sizes(self) -> DemoSizes:
         """The model's preset with every size this config sets put in its place."""
         if self.model not in PRESETS:
@@ -198,14 +231,12 @@ class DemoConfig:
         given = {
             f.name: getattr(self, f.name)
             for f in attrs.fields(DemoSizes)
-            if hasattr(self, f.name) and getattr(self, f.name) is not None
+            if f.name not in ("sft", "rl") and getattr(self, f.name, None) is not None
         }
-        sizes = attrs.evolve(preset, **given)
-        for name in ("n_test", "eval_samples", "sft_steps", "sft_batch_size", "rl_steps", "rl_batch_size",
-                     "group_size", "num_threads"):  # fmt: skip
-            if getattr(sizes, name) < 1:
-                raise ValueError(f"DemoConfig.{name} is {getattr(sizes, name)}; it must be at least 1")
-        return sizes
+        for name in ("n_test", "eval_samples", "group_size", "num_threads"):
+            if given.get(name, 1) < 1:
+                raise ValueError(f"DemoConfig.{name} is {given[name]}; it must be at least 1")
+        return attrs.evolve(preset, **given, sft=self.sft.over(preset.sft), rl=self.rl.over(preset.rl))
 
 
 @attrs.frozen
@@ -313,40 +344,32 @@ async def _run(config: DemoConfig, z: DemoSizes, s: RecipeSession, threads: int)
     # its evaluation at step 0 is the untrained model's
     sft_eval = evaluator("sft")
     print(
-        f"tempering demo: {z.base_model}; SFT, {z.sft_steps} steps of {z.sft_batch_size} problems "
+        f"tempering demo: {z.base_model}; SFT, {z.sft.steps} steps of {z.sft.batch_size} problems "
         f"-> {out / 'sft'}"
     )
     model = ModelConfig(base_model=z.base_model, lora_rank=z.lora_rank, seed=config.seed)
-    sft_stage_config = SFTStage(
-        z.sft_steps, z.sft_batch_size, z.sft_learning_rate, weight_decay=z.sft_weight_decay,
-        eval_every=z.sft_eval_every,
-    )  # fmt: skip
     sft = await sft_stage(
-        s, "sft", sft_stage_config, model=model, train_path=train_path, test_path=test_path,
+        s, "sft", z.sft, model=model, train_path=train_path, test_path=test_path,
         seed=config.seed, sampling_evaluators=[sft_eval],
     )  # fmt: skip
     steps = _evaluated_steps(sft.metrics)
     sft_records = [attrs.evolve(r, step=st) for r, st in zip(sft_eval.records, steps, strict=False)]
 
     # 3. RL from the SFT checkpoint. Periodic checkpoints with sampler weights every
-    # ``rl_eval_every`` steps: the demo evaluates them after the run with the SFT stage's
-    # evaluator (same problems, same seeds, answers kept for the page), so the loop has no
-    # held-out pass of its own (no test set).
+    # ``rl.eval_every`` steps (the stage's ``save_every``): the demo evaluates them after the run
+    # with the SFT stage's evaluator (same problems, same seeds, answers kept for the page), so
+    # the loop has no held-out pass of its own (no test set).
 
     task = ArithmeticProblems(
-        base_model=z.base_model, seed=config.seed, n_test=z.n_test, batch_size=z.rl_batch_size,
+        base_model=z.base_model, seed=config.seed, n_test=z.n_test, batch_size=z.rl.batch_size,
         group_size=z.group_size, test_group_size=0,
     )  # fmt: skip
     print(
-        f"tempering demo: RL, {z.rl_steps} steps of {z.rl_batch_size} problems x "
+        f"tempering demo: RL, {z.rl.steps} steps of {z.rl.batch_size} problems x "
         f"{z.group_size} samples -> {out / 'rl'}"
     )
-    rl_stage_config = RLStage(
-        z.rl_steps, z.rl_learning_rate, lr_schedule=config.rl_lr_schedule, save_every=z.rl_eval_every,
-        loss_fn=config.rl_loss_fn, num_substeps=config.rl_num_substeps,
-    )  # fmt: skip
     rl = await rl_stage(
-        s, "rl", rl_stage_config, dataset=task,
+        s, "rl", z.rl, dataset=task,
         model=ModelConfig(base_model=z.base_model, lora_rank=z.lora_rank, init_state=sft.final.state_path),
         max_tokens=8,
         normalize_advantages=config.normalize_advantages, log_trajectories=config.log_trajectories,
@@ -361,7 +384,7 @@ async def _run(config: DemoConfig, z: DemoSizes, s: RecipeSession, threads: int)
         await rl_eval(await s.sampler(record.sampler_path))
         rl_samplers[record.step] = record.sampler_path
     rl_records = [
-        attrs.evolve(r, step=z.sft_steps + st) for r, st in zip(rl_eval.records, rl_samplers, strict=True)
+        attrs.evolve(r, step=z.sft.steps + st) for r, st in zip(rl_eval.records, rl_samplers, strict=True)
     ]
     base, sft_final, rl_final = sft_records[0], sft_records[-1], rl_records[-1]
 
@@ -386,7 +409,7 @@ async def _run(config: DemoConfig, z: DemoSizes, s: RecipeSession, threads: int)
 
     # 6. metrics.jsonl (the RL checkpoints' accuracies merged into the RL lines), the
     # evaluations' answers, summary.json, and the page
-    lines = _combine("sft", 0, sft.metrics) + _combine("rl", z.sft_steps, list(rl.metrics))
+    lines = _combine("sft", 0, sft.metrics) + _combine("rl", z.sft.steps, list(rl.metrics))
     rl_lines = {line["global_step"]: line for line in lines if line["stage"] == "rl"}
     for r in rl_records:
         if r.step in rl_lines:

@@ -55,7 +55,7 @@ from tempering.backend import ModelConfig
 from tempering.evals.reply import ReplyEvaluator, format_replies, replies_json
 from tempering.preference import ComparisonData, DPOConfig
 from tempering.preference.evaluation import PairLogprobs, chosen_answers, dpo_pair_figures, pair_logprobs
-from tempering.recipes._common import RecipeConfig, RecipeResult, positive, recipe_learning_rate
+from tempering.recipes._common import RecipeConfig, RecipeResult, positive
 from tempering.recipes.chat_sft import chat_stage, train_chat_sft
 from tempering.recipes.stages import RecipeSession, SFTStage, metric, stage_field
 from tempering.training import RunDir
@@ -121,7 +121,7 @@ class PreferenceRecipe(RecipeConfig):
         ``extra`` (prefixed ``sft_``) and whose run directory into ``stages``."""
         if self.init_state is not None:
             return self.init_state
-        stage = self.sft.at(recipe_learning_rate(self.base_model, self.sft.learning_rate))
+        stage = self.sft.for_model(self.base_model)
         sft = await train_chat_sft(session, stage, train_path=self.sft_path, test_path=self.sft_test_path)
         extra |= sft.figures("sft_") | {"sft_sampler_path": sft.sampler_path}
         stages["sft"] = str(session.run_dir / "sft")
@@ -184,7 +184,7 @@ class DPORecipe(PreferenceRecipe):
     ) -> RecipeResult:
         # 1. the SFT start: ``start``; 2. DPO from it
         renderer = self.renderer()
-        stage = self.dpo.at(recipe_learning_rate(self.base_model, self.dpo.learning_rate, "dpo"))
+        stage = self.dpo.for_model(self.base_model, "dpo")
         data, n_train, test_pairs = self.pairs(stage.batch_size, "--dpo.batch-size")
         dpo = DPOConfig(
             run=s.run_config("dpo", stage.eval_every),

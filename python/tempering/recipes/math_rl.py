@@ -6,7 +6,7 @@ writing it in ``\\boxed{}`` (:mod:`tempering.envs.math`).
    default. On the local tiny model the default sources are the shipped word problems in
    GSM8K's format (``tempering-assets:word_problems.jsonl``, held out
    ``word_problems_test.jsonl``); on any other model the dataset's hub name (``openai/gsm8k``).
-2. SFT warm-up (``--sft-steps``; default 300 for the tiny model, which starts from random
+2. SFT warm-up (``--sft.steps``, or ``--sft-steps``; default 300 for the tiny model, which starts from random
    weights, 0 otherwise): the training split's worked solutions, their final ``#### n`` written
    ``\\boxed{n}`` (:func:`~tempering.data.hub.boxed_solution`); run directory ``<out>/sft``.
 3. RL (:func:`tempering.rl.train`) on :class:`~tempering.envs.math.MathTask`:
@@ -40,15 +40,21 @@ from tempering.recipes._common import (
     GroupFlags,
     RecipeConfig,
     RecipeResult,
-    non_negative,
     positive,
-    recipe_learning_rate,
 )
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_then_rl, stage_field
+from tempering.recipes.stages import (
+    RecipeSession,
+    RLStage,
+    SFTStage,
+    at_least,
+    sft_then_rl,
+    stage_field,
+    valid_learning_rate,
+)
 from tempering.rl.task_evals import evaluate_math
 from tempering_protocols import Message, SamplingClient
 
-__all__ = ["MathRLRecipe", "write_sft_chat"]
+__all__ = ["MathRLRecipe", "WarmUp", "write_sft_chat"]
 
 _RL_GRADER_KEYS = ("env/grader/timeouts", "env/grader/errors", "env/grader/no_answer")
 _TRAIN_ASSET = "tempering-assets:word_problems.jsonl"
@@ -65,6 +71,34 @@ def write_sft_chat(problems: Sequence[MathProblem], path: Path, instruction: str
             [*prompt_messages(p.question, instruction, None), {"role": "assistant", "content": reply}]
         )
     return write_chats(path, rows)
+
+
+@attrs.frozen
+class WarmUp:
+    """math-rl's SFT warm-up: ``steps`` steps (unset: 300 for the tiny model, which starts from
+    random weights, 0, none, otherwise) of ``batch_size`` worked solutions, Adam at
+    ``learning_rate`` with ``weight_decay``. A nested config (``--sft.steps``, or the flat
+    ``--sft-steps``), checked on construction; :meth:`stage` is the resolved
+    :class:`~tempering.recipes.stages.SFTStage`.
+
+    Example::
+
+        WarmUp(steps=10).stage(tiny=True)     # SFTStage(10, 32, 2e-3, weight_decay=0.1)
+    """
+
+    steps: int | None = attrs.field(default=None, validator=at_least(0))
+    """SFT warm-up steps; unset: 300 for the tiny model, 0 (none) otherwise."""
+    batch_size: int = attrs.field(default=32, validator=at_least(1))
+    """Examples per step."""
+    learning_rate: float = attrs.field(default=2e-3, validator=valid_learning_rate)
+    """Peak learning rate."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+
+    def stage(self, tiny: bool) -> SFTStage:
+        """The warm-up as a stage: its steps resolved for the tiny model (``tiny``) or another."""
+        steps = self.steps if self.steps is not None else (300 if tiny else 0)
+        return SFTStage(steps, self.batch_size, self.learning_rate, weight_decay=self.weight_decay)
 
 
 @attrs.frozen(kw_only=True)
@@ -100,16 +134,9 @@ class MathRLRecipe(RecipeConfig, GroupFlags):
     instruction: str | None = None
     """Appended to every question; default: none for the tiny model (it learns the format from
     the SFT warm-up), ``DEFAULT_INSTRUCTION`` ("Put the final answer in \\boxed{}.") otherwise."""
-    # The SFT warm-up is flat: its number of steps depends on the model (None: resolved in ``run``).
-    sft_steps: int | None = non_negative(None)
-    """SFT warm-up steps on the training split's solutions; default 300 for the tiny model (it
-    starts from random weights), 0 (none) otherwise."""
-    sft_batch_size: int = positive(32)
-    """Examples per SFT warm-up step."""
-    sft_learning_rate: float = positive(2e-3)
-    """Peak learning rate of the SFT warm-up."""
-    sft_weight_decay: float = 0.1
-    """AdamW weight decay of the SFT warm-up."""
+    sft: WarmUp = stage_field(WarmUp())
+    """The SFT warm-up on the training split's solutions (``--sft.steps`` or ``--sft-steps``,
+    ``--sft.batch-size``, ``--sft.learning-rate``, ``--sft.weight-decay``)."""
     correct_weight: float = 1.0
     """Reward of a correct final answer."""
     format_weight: float = 0.1
@@ -183,11 +210,8 @@ class MathRLRecipe(RecipeConfig, GroupFlags):
             return write_sft_chat(problems, s.run_dir / "data" / "train.jsonl", task.instruction)
 
         # 3. RL (evaluated on the held-out problems every 10 steps too)
-        sft_steps = self.sft_steps if self.sft_steps is not None else (300 if self.tiny else 0)
-        rl = self.rl.at(recipe_learning_rate(self.base_model, self.rl.learning_rate, "rl", tiny=2e-4))
-        sft = SFTStage(
-            sft_steps, self.sft_batch_size, self.sft_learning_rate, weight_decay=self.sft_weight_decay
-        )
+        rl = self.rl.for_model(self.base_model, tiny=2e-4)
+        sft = self.sft.stage(self.tiny)
         run = await sft_then_rl(
             s, sft, rl, evaluate, train_path=train_data, task=task,
             evaluate_base=True, max_tokens=max_tokens, normalize_advantages=True, log_trajectories=True,
@@ -204,7 +228,7 @@ class MathRLRecipe(RecipeConfig, GroupFlags):
             "after": after,
             "eval_seeds": seeds,
             "n_test": len(test),
-            "sft_steps": sft_steps,
+            "sft_steps": sft.steps,
             "grader": {"evaluation": rewards.grader.metrics(), "rl": rl_grader},
             "rl_final_sampler": run.rl.final.sampler_path,
         }

@@ -6,8 +6,8 @@ prompt, as the teacher behaves with it.
    (:func:`~tempering.sft.prompt_distill.teacher_answers`, one sample per query at
    ``--teacher-temperature``); the answers go to ``<out>/data/train.jsonl`` without the
    instructions.
-2. Student (``<out>/student``): a fresh model (``--student-seed``) trained ``steps`` ×
-   ``batch_size`` on the queries *without* the instructions, with ``--targets sample`` (SFT on
+2. Student (``<out>/student``): a fresh model (``--student-seed``) trained ``student.steps`` ×
+   ``student.batch_size`` on the queries *without* the instructions, with ``--targets sample`` (SFT on
    the teacher's answers) or ``--targets topk`` (the teacher's top ``k`` over its answers, read
    with the instructions: :func:`~tempering.sft.prompt_distill.prompt_distill_datums`).
 3. Evaluation on the first ``n_test`` held-out conversations of ``test_path`` (their queries): the
@@ -36,15 +36,8 @@ import attrs
 from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    fresh_model,
-    non_negative,
-    positive,
-    recipe_learning_rate,
-)
-from tempering.recipes.stages import RecipeSession, SFTStage
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, non_negative, positive
+from tempering.recipes.stages import RecipeSession, SFTStage, stage_field
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import DatumDataset
 from tempering.sft.prompt_distill import (
@@ -82,7 +75,8 @@ class PromptDistillationRecipe(RecipeConfig):
 
     Example::
 
-        result = asyncio.run(PromptDistillationRecipe(out="/tmp/pd", steps=40)())
+        recipe = PromptDistillationRecipe(out="/tmp/pd", student=SFTStage(40, 16, schedule="linear"))
+        result = asyncio.run(recipe())
         result.figures["agreement_after"]
     """
 
@@ -106,12 +100,10 @@ class PromptDistillationRecipe(RecipeConfig):
     """Teacher tokens per position with ``--targets topk``."""
     student_seed: int = 1
     """The student's initialisation (tiny model weights, or LoRA adapter seed)."""
-    steps: int = positive(100)
-    """Optimizer steps of the student."""
-    batch_size: int = positive(16)
-    """Queries per step."""
-    learning_rate: float | None = None
-    """Default: 2e-3 for the tiny model, the model's LoRA rate otherwise."""
+    student: SFTStage = stage_field(SFTStage(100, 16, schedule="linear"), flat="", required=True)
+    """The student's training (``--student.steps`` or ``--steps``, ``--student.batch-size`` or
+    ``--batch-size`` queries per step, ``--learning-rate``; learning rate default: 2e-3 for the
+    tiny model, the model's LoRA rate otherwise)."""
     max_tokens: int = positive(32)
     """Longest answer, sampled from the teacher and in the evaluation."""
 
@@ -126,9 +118,10 @@ class PromptDistillationRecipe(RecipeConfig):
         renderer = get_renderer(student.renderer(), student.tokenizer())
         train = [query_of(c) for c in load_chat(resolve_data_path(self.train_path)).items[: self.n_train]]
         test = [query_of(c) for c in load_chat(resolve_data_path(self.test_path)).items[: self.n_test]]
-        if len(train) < self.batch_size:
+        stage = self.student.for_model(self.base_model)
+        if len(train) < stage.batch_size:
             raise ValueError(
-                f"{self.train_path}: {len(train)} queries, fewer than one batch of {self.batch_size}"
+                f"{self.train_path}: {len(train)} queries, fewer than one batch of {stage.batch_size}"
             )
         service = s.service
         teacher = await (
@@ -165,17 +158,11 @@ class PromptDistillationRecipe(RecipeConfig):
         )
         client = await student.create_training_client(service)
         records["before"] = await evaluate(test, await saved_sampling_client(client))
-        stage = SFTStage(
-            self.steps,
-            self.batch_size,
-            recipe_learning_rate(self.base_model, self.learning_rate),
-            schedule="linear",
-        )
-        train_ds = DatumDataset(datums, self.batch_size, self.seed)
-        s.say(f"student without the instructions, {self.targets} targets, {self.steps} steps")
+        train_ds = DatumDataset(datums, stage.batch_size, self.seed)
+        s.say(f"student without the instructions, {self.targets} targets, {stage.steps} steps")
         result = await train_supervised(
             self, run=s.run_config("student"), model=student, adam=stage.adam(), train=train_ds,
-            num_epochs=-(-self.steps // len(train_ds)), max_steps=self.steps, service=service,
+            num_epochs=-(-stage.steps // len(train_ds)), max_steps=stage.steps, service=service,
         )  # fmt: skip
         records["after"] = await evaluate(test, await s.sampler(result.final.sampler_path))
         teacher_replies = [r.reply.strip() for r in records["teacher"].replies]

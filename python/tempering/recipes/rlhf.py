@@ -56,7 +56,7 @@ import attrs
 from tempering.evals.reply import format_replies, replies_json
 from tempering.preference import RewardModelConfig
 from tempering.preference.rlhf import RewardModelPrompts
-from tempering.recipes._common import RecipeResult, fresh_model, non_negative, positive, recipe_learning_rate
+from tempering.recipes._common import RecipeResult, fresh_model, non_negative, positive
 from tempering.recipes.dpo import PreferenceRecipe, preference_stage
 from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, metric, rl_stage, stage_field
 from tempering.rl import TinkerTokenCompleter
@@ -126,7 +126,7 @@ class RLHFRecipe(PreferenceRecipe):
         policy = self.start_model(start)
 
         # 2. the reward model
-        stage = self.rm.at(recipe_learning_rate(self.base_model, self.rm.learning_rate, "rm"))
+        stage = self.rm.for_model(self.base_model, "rm")
         data, n_train, test_pairs = self.pairs(stage.batch_size, "--rm.batch-size")
         rm_config = RewardModelConfig(
             run=s.run_config("rm", stage.eval_every),
@@ -169,9 +169,7 @@ class RLHFRecipe(PreferenceRecipe):
             record = replies.records[-1]
             figures |= {"answer_accuracy_base": record.exact_match, "reply_chars_base": record.mean_chars}
         sft_rewards = await rewards(await s.sampler(sft_path))
-        rl_stage_config = self.rl.at(
-            recipe_learning_rate(self.base_model, self.rl.learning_rate, "rl", tiny=2e-4)
-        )
+        rl_stage_config = self.rl.for_model(self.base_model, tiny=2e-4)
         s.say(
             f"RL, {self.rl.steps} steps of {self.rl.batch_size} prompts x {self.group_size} replies "
             f"-> {s.run_dir / 'rl'}"

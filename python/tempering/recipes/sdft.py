@@ -37,15 +37,8 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.data import load_chat
 from tempering.data.datums import conversations_to_datums
 from tempering.evals.reply import ReplyEvaluator, held_out_replies
-from tempering.recipes._common import (
-    RecipeConfig,
-    RecipeResult,
-    fresh_model,
-    non_negative,
-    positive,
-    recipe_learning_rate,
-)
-from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, non_negative, positive
+from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage, stage_field
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import DatumDataset
 from tempering.sft.sdft import DEFAULT_TEMPLATE, final_answer_accuracy, sdft_conversations, self_rewrites
@@ -88,7 +81,7 @@ class SDFTRecipe(RecipeConfig):
 
     Example::
 
-        result = asyncio.run(SDFTRecipe(out="/tmp/sdft", steps=20)())
+        result = asyncio.run(SDFTRecipe(out="/tmp/sdft", sft=SFTStage(20, 16, schedule="linear"))())
         result.figures["accuracy_sdft"], result.figures["accuracy_sft"]
     """
 
@@ -108,12 +101,10 @@ class SDFTRecipe(RecipeConfig):
     """The rewrite request, with the fields ``{question}`` and ``{answer}``."""
     rewrite_temperature: float = non_negative(0.7)
     """Temperature of the rewrites."""
-    steps: int = positive(100)
-    """SFT steps (each of SDFT and the baseline)."""
-    batch_size: int = positive(16)
-    """Conversations per step."""
-    learning_rate: float | None = None
-    """Default: 2e-3 for the tiny model, the model's LoRA rate otherwise."""
+    sft: SFTStage = stage_field(SFTStage(100, 16, schedule="linear"), flat="", required=True)
+    """Each SFT, of SDFT and of the baseline (``--sft.steps`` or ``--steps``,
+    ``--sft.batch-size`` or ``--batch-size``, ``--learning-rate``; learning rate default: 2e-3
+    for the tiny model, the model's LoRA rate otherwise)."""
     compare_sft: bool = True
     """Also fine-tune on the references, as a baseline."""
     max_tokens: int = positive(128)
@@ -162,14 +153,15 @@ class SDFTRecipe(RecipeConfig):
         s.say(f"{kept} of {len(pairs)} rewrites keep the final answer")
         for name, convs in (("sdft", conversations), ("reference", references)):
             datums = conversations_to_datums(renderer, convs)
-            nll = await NLLEvaluator(DatumDataset(datums, self.batch_size, keep_last=True), name="t")(client)
+            nll = await NLLEvaluator(DatumDataset(datums, self.sft.batch_size, keep_last=True), name="t")(
+                client
+            )
             figures[f"target_nll_{name}"] = nll["t/nll"]
         data = s.run_dir / "data"
         data.mkdir(exist_ok=True)
         _write(data / "sdft.jsonl", conversations)
         _write(data / "reference.jsonl", references)
-        lr = recipe_learning_rate(self.base_model, self.learning_rate)
-        stage = SFTStage(self.steps, self.batch_size, lr, schedule="linear")
+        stage = self.sft.for_model(self.base_model)
         runs = [("sdft", data / "sdft.jsonl")] + (
             [("sft", data / "reference.jsonl")] if self.compare_sft else []
         )

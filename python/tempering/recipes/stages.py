@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 import attrs
 
 from tempering.losses import RLLossName
-from tempering.model_info import check_learning_rate
-from tempering.recipes._common import RecipeSession, recipe_session
+from tempering.model_info import Stage, check_learning_rate
+from tempering.recipes._common import RecipeSession, recipe_learning_rate, recipe_session
 from tempering.training.schedule import ScheduleKind
 from tempering_protocols import SamplingClient, TrainOnWhat
 
@@ -58,12 +58,14 @@ __all__ = [
     "RecipeSession",
     "SFTStage",
     "WarmStart",
+    "at_least",
     "metric",
     "recipe_session",
     "rl_stage",
     "sft_stage",
     "sft_then_rl",
     "stage_field",
+    "valid_learning_rate",
 ]
 
 T = TypeVar("T")
@@ -71,15 +73,24 @@ Evaluate = Callable[[str, SamplingClient], Awaitable[T]]
 """``evaluate(stage, sampler)``: the figures of a stage's policy (``stage``: ``"sft"`` or ``"rl"``)."""
 
 
-def _at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], int], None]:
-    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-        if value < minimum:
+def at_least(minimum: int) -> Callable[[object, attrs.Attribute[Any], int | None], None]:
+    """An attrs validator of a stage's count: refused below ``minimum`` (``None``, a value left
+    to the recipe or its preset, is not checked); the message names the class and the field.
+
+    Example::
+
+        steps: int = attrs.field(default=100, validator=at_least(0))  # SFTStage(-1): ... must be >= 0, got -1
+    """
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+        if value is not None and value < minimum:
             raise ValueError(f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value}")
 
     return check
 
 
-def _learning_rate(instance: object, attribute: attrs.Attribute[float | None], value: float | None) -> None:
+def valid_learning_rate(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    """An attrs validator of a stage's learning rate: positive, or ``None`` (the recipe's default)."""
     if value is not None:
         check_learning_rate(value, f"{type(instance).__name__}.{attribute.name}")
 
@@ -98,18 +109,18 @@ class SFTStage:
         SFTStage(600, 64, 2e-3, weight_decay=0.1).adam()
     """
 
-    steps: int = attrs.field(default=100, validator=_at_least(0))
+    steps: int = attrs.field(default=100, validator=at_least(0))
     """Optimizer steps (0: no such stage, where the recipe allows it)."""
-    batch_size: int = attrs.field(default=16, validator=_at_least(1))
+    batch_size: int = attrs.field(default=16, validator=at_least(1))
     """Examples per step."""
-    learning_rate: float | None = attrs.field(default=None, validator=_learning_rate)
+    learning_rate: float | None = attrs.field(default=None, validator=valid_learning_rate)
     """Peak learning rate; unset: the recipe's default for its model
     (:func:`~tempering.recipes._common.recipe_learning_rate`)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    eval_every: int = attrs.field(default=0, validator=_at_least(0))
+    eval_every: int = attrs.field(default=0, validator=at_least(0))
     """Evaluate every this many steps (0: only before and after)."""
-    max_warmup_steps: int = attrs.field(default=50, validator=_at_least(0))
+    max_warmup_steps: int = attrs.field(default=50, validator=at_least(0))
     """Longest linear warmup (the warmup is ``min(max_warmup_steps, steps // 10)`` steps)."""
     schedule: ScheduleKind = "constant"
     """Learning-rate schedule after the warmup."""
@@ -121,6 +132,12 @@ class SFTStage:
     def at(self, learning_rate: float) -> Self:
         """This stage at ``learning_rate`` (a recipe's resolved default)."""
         return attrs.evolve(self, learning_rate=learning_rate)
+
+    def for_model(self, base_model: str, kind: Stage = "sft", *, tiny: float | None = None) -> Self:
+        """This stage with its learning rate resolved for ``base_model``: its own if set, else
+        the recipe default (:func:`~tempering.recipes._common.recipe_learning_rate` of ``kind``,
+        ``tiny`` for the tiny model trained from scratch)."""
+        return self.at(recipe_learning_rate(base_model, self.learning_rate, kind, tiny=tiny))
 
     def adam(self) -> AdamConfig:
         """The stage's :class:`~tempering.training.AdamConfig` (its learning rate must be set:
@@ -152,28 +169,33 @@ class RLStage:
         RLStage(80, 2e-4, lr_schedule="linear", save_every=10)
     """
 
-    steps: int = attrs.field(default=20, validator=_at_least(1))
+    steps: int = attrs.field(default=20, validator=at_least(1))
     """RL steps (batches)."""
-    learning_rate: float | None = attrs.field(default=None, validator=_learning_rate)
+    learning_rate: float | None = attrs.field(default=None, validator=valid_learning_rate)
     """Peak learning rate; unset: the recipe's default for its model."""
     lr_schedule: ScheduleKind = "constant"
     """Learning-rate schedule."""
-    eval_every: int = attrs.field(default=0, validator=_at_least(0))
+    eval_every: int = attrs.field(default=0, validator=at_least(0))
     """Evaluate the policy every this many steps (0: only before and after)."""
-    save_every: int = attrs.field(default=0, validator=_at_least(0))
+    save_every: int = attrs.field(default=0, validator=at_least(0))
     """Save a checkpoint every this many steps (0: the final one only)."""
     loss_fn: RLLossName = "importance_sampling"
     """The policy-gradient loss."""
-    num_substeps: int = attrs.field(default=1, validator=_at_least(1))
+    num_substeps: int = attrs.field(default=1, validator=at_least(1))
     """Optimizer steps per batch."""
     beta2: float = 0.98
     """Adam's beta2."""
-    batch_size: int = attrs.field(default=8, validator=_at_least(1), kw_only=True)
+    batch_size: int = attrs.field(default=8, validator=at_least(1), kw_only=True)
     """Prompts (problems, secrets, questions, groups) per step (``P``)."""
 
     def at(self, learning_rate: float) -> Self:
         """This stage at ``learning_rate`` (a recipe's resolved default)."""
         return attrs.evolve(self, learning_rate=learning_rate)
+
+    def for_model(self, base_model: str, *, tiny: float | None = None) -> Self:
+        """This stage with its learning rate resolved for ``base_model`` (as
+        :meth:`SFTStage.for_model`, the RL default)."""
+        return self.at(recipe_learning_rate(base_model, self.learning_rate, "rl", tiny=tiny))
 
 
 S = TypeVar("S", bound=attrs.AttrsInstance)

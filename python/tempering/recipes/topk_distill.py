@@ -2,13 +2,13 @@
 the same conversations' reference answers.
 
 1. Teacher: ``--teacher PATH`` (sampler weights), else an SFT of ``--teacher-model`` (default
-   ``--base-model``) on ``train_path`` (``teacher_steps`` × ``teacher_batch_size``), run
-   directory ``<out>/teacher``.
+   ``--base-model``) on ``train_path`` (``teacher_sft``: ``teacher_sft.steps`` ×
+   ``teacher_sft.batch_size``), run directory ``<out>/teacher``.
 2. Student: a fresh model (``--student-seed``). Its tokenizer must be the teacher's
    (:func:`~tempering.sft.topk_distill.check_same_tokenizer`, before any sampling).
 3. Distillation (``<out>/distill``): :class:`~tempering.sft.offpolicy.TopKDistillConfig`, the
-   teacher's top ``k`` on every training conversation's answer as soft targets, ``steps`` ×
-   ``batch_size``.
+   teacher's top ``k`` on every training conversation's answer as soft targets, ``student.steps`` ×
+   ``student.batch_size``.
 4. Baseline (``<out>/sft``, unless ``--no-compare-sft``): the same student, steps, batch and
    learning rate, trained on the reference answers (hard labels).
 5. Evaluation on the first ``n_test`` held-out conversations of ``test_path``: exact match of the
@@ -40,8 +40,8 @@ from tempering.assets import ASSET_PREFIX, resolve_data_path
 from tempering.backend import load_tokenizer
 from tempering.data import load_chat
 from tempering.evals.reply import ReplyEvaluator, ReplyRecord, held_out_replies
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive, recipe_learning_rate
-from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
+from tempering.recipes.stages import RecipeSession, SFTStage, metric, sft_stage, stage_field
 from tempering.renderers import get_renderer
 from tempering.sft.offpolicy import TopKDistillConfig
 from tempering.sft.topk_distill import check_same_tokenizer
@@ -58,7 +58,8 @@ class TopKDistillRecipe(RecipeConfig):
 
     Example::
 
-        result = asyncio.run(TopKDistillRecipe(out="/tmp/topk", teacher_steps=60, steps=40)())
+        recipe = TopKDistillRecipe(out="/tmp/topk", student=SFTStage(40, 16, schedule="linear"))
+        result = asyncio.run(recipe())
         result.figures["exact_match_distill"], result.figures["exact_match_sft"]
     """
 
@@ -75,22 +76,18 @@ class TopKDistillRecipe(RecipeConfig):
     """The teacher's sampler weights; ``None``: the recipe trains one."""
     teacher_model: str | None = None
     """The teacher's base model; default ``--base-model``."""
-    teacher_steps: int = positive(300)
-    """SFT steps of the teacher, when the recipe trains it."""
-    teacher_batch_size: int = positive(16)
-    """Conversations per teacher SFT step."""
-    teacher_learning_rate: float | None = None
-    """Default: 2e-3 for the tiny model, the model's LoRA rate otherwise."""
+    teacher_sft: SFTStage = stage_field(SFTStage(300, 16, schedule="linear"), flat="teacher", required=True)
+    """The teacher's SFT, when the recipe trains it (``--teacher-sft.steps`` or
+    ``--teacher-steps``, ``--teacher-sft.batch-size``, ``--teacher-sft.learning-rate``; learning
+    rate default: 2e-3 for the tiny model, the teacher model's LoRA rate otherwise)."""
     student_seed: int = 1
     """The student's initialisation (tiny model weights, or LoRA adapter seed)."""
     k: int = positive(20)
     """Teacher tokens per position."""
-    steps: int = positive(100)
-    """Optimizer steps of the distillation (and of the SFT baseline)."""
-    batch_size: int = positive(16)
-    """Conversations per step (distillation and baseline)."""
-    learning_rate: float | None = None
-    """Default as ``teacher_learning_rate``."""
+    student: SFTStage = stage_field(SFTStage(100, 16, schedule="linear"), flat="", required=True)
+    """The student's training, the distillation's and the SFT baseline's (``--student.steps`` or
+    ``--steps``, ``--student.batch-size`` or ``--batch-size``, ``--learning-rate``; learning rate
+    default as the teacher's)."""
     compare_sft: bool = True
     """Also train the student on the reference answers, as a baseline."""
     max_tokens: int = positive(16)
@@ -105,7 +102,7 @@ class TopKDistillRecipe(RecipeConfig):
             load_tokenizer(teacher_model),
             teacher_name=self.teacher or teacher_model,
         )
-        lr = recipe_learning_rate(self.base_model, self.learning_rate)
+        stage = self.student.for_model(self.base_model)
         student = fresh_model(self, seed=self.student_seed)
         renderer = get_renderer(student.renderer(), student.tokenizer())
         test = held_out_replies(load_chat(resolve_data_path(self.test_path)).items)[: self.n_test]
@@ -128,29 +125,27 @@ class TopKDistillRecipe(RecipeConfig):
             Path(train_path).write_text("".join(json.dumps({"messages": list(r)}) + "\n" for r in rows))
         teacher_path = self.teacher
         if teacher_path is None:
-            t_lr = recipe_learning_rate(teacher_model, self.teacher_learning_rate)
-            stage = SFTStage(self.teacher_steps, self.teacher_batch_size, t_lr, schedule="linear")
-            s.say(f"teacher: SFT of {teacher_model}, {stage.steps} steps -> {s.run_dir / 'teacher'}")
+            t_stage = self.teacher_sft.for_model(teacher_model)
+            s.say(f"teacher: SFT of {teacher_model}, {t_stage.steps} steps -> {s.run_dir / 'teacher'}")
             trained = await sft_stage(
-                s, "teacher", stage, model=fresh_model(self, base_model=teacher_model),
+                s, "teacher", t_stage, model=fresh_model(self, base_model=teacher_model),
                 train_path=train_path, seed=self.seed,
             )  # fmt: skip
             teacher_path = trained.final.sampler_path
         assert teacher_path is not None
         await evaluate("teacher", await s.sampler(teacher_path))
-        stage = SFTStage(self.steps, self.batch_size, lr, schedule="linear")
-        per_epoch = len(load_chat(resolve_data_path(train_path)).items) // self.batch_size
+        per_epoch = len(load_chat(resolve_data_path(train_path)).items) // stage.batch_size
         if per_epoch < 1:
-            raise ValueError(f"{train_path}: fewer conversations than one batch of {self.batch_size}")
+            raise ValueError(f"{train_path}: fewer conversations than one batch of {stage.batch_size}")
         client = await student.create_training_client(s.service)
         await evaluate("before", await saved_sampling_client(client))
         distill = TopKDistillConfig(
             run=s.run_config("distill"), model=student, teacher_model=teacher_model,
             teacher_path=teacher_path, train_path=train_path, test_path=self.test_path, k=self.k,
-            batch_size=self.batch_size, adam=stage.adam(), num_epochs=-(-self.steps // per_epoch),
-            max_steps=self.steps, seed=self.seed,
+            batch_size=stage.batch_size, adam=stage.adam(), num_epochs=-(-stage.steps // per_epoch),
+            max_steps=stage.steps, seed=self.seed,
         )  # fmt: skip
-        s.say(f"distillation on the teacher's top-{self.k}, {self.steps} steps -> {s.run_dir / 'distill'}")
+        s.say(f"distillation on the teacher's top-{self.k}, {stage.steps} steps -> {s.run_dir / 'distill'}")
         result = await distill(s.service)
         await evaluate("distill", await s.sampler(result.final.sampler_path))
         figures = {
@@ -161,7 +156,7 @@ class TopKDistillRecipe(RecipeConfig):
         }
         stages = {"distill": str(s.run_dir / "distill")}
         if self.compare_sft:
-            s.say(f"baseline: SFT on the reference answers, {self.steps} steps -> {s.run_dir / 'sft'}")
+            s.say(f"baseline: SFT on the reference answers, {stage.steps} steps -> {s.run_dir / 'sft'}")
             sft = await sft_stage(
                 s, "sft", stage, model=student, train_path=train_path, test_path=self.test_path,
                 seed=self.seed,

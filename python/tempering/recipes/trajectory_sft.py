@@ -54,7 +54,7 @@ from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.model_info import packaged_model
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
 from tempering.recipes.demo import PRESETS, DemoConfig, DemoModel
-from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage, stage_field
+from tempering.recipes.stages import RecipeSession, SFTStage, rl_stage, sft_stage, stage_field
 from tempering.rl.logged_runs import check_dataset_split
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
@@ -71,9 +71,11 @@ __all__ = ["Mode", "TrajectorySFTRecipe", "teacher_demo"]
 
 Mode = Literal["rejection", "history"]
 
-_DEMO = DemoConfig(model="tiny").resolved()
+_DEMO = DemoConfig(model="tiny")
 _SIZES = _DEMO.sizes()
 """The tiny demo's sizes: the flags' defaults."""
+assert _SIZES.rl.learning_rate is not None  # the presets' stages are complete
+_TEACHER_RL_RATE: float = _SIZES.rl.learning_rate
 
 
 def teacher_demo(base_model: str) -> DemoConfig:
@@ -84,13 +86,13 @@ def teacher_demo(base_model: str) -> DemoConfig:
 
     Example::
 
-        teacher_demo("smollm2-135m-instruct").sft_batch_size   # 32, the smollm2 preset's
+        teacher_demo("smollm2-135m-instruct").sizes().sft.batch_size   # 32, the smollm2 preset's
     """
     packaged = packaged_model(base_model)
     names = {base_model} | ({packaged.name, packaged.hub_name} if packaged is not None else set())
     for name, sizes in PRESETS.items():
         if sizes.base_model in names:
-            return DemoConfig(model=cast(DemoModel, name)).resolved()
+            return DemoConfig(model=cast(DemoModel, name))
     return _DEMO
 
 
@@ -124,26 +126,26 @@ class TrajectorySFTRecipe(RecipeConfig):
     """Answers sampled per held-out problem for the accuracy."""
     sft: SFTStage = stage_field(
         SFTStage(
-            _SIZES.sft_steps,
-            _SIZES.sft_batch_size,
-            _SIZES.sft_learning_rate,
-            weight_decay=_SIZES.sft_weight_decay,
+            _SIZES.sft.steps,
+            _SIZES.sft.batch_size,
+            _SIZES.sft.learning_rate,
+            weight_decay=_SIZES.sft.weight_decay,
         ),
         flat="",
         required=True,
     )
     """The student's SFT (default: the demo's SFT stage; ``--sft.steps``, or ``--steps`` as
     before, ``--batch-size``, ``--learning-rate``, ``--weight-decay``)."""
-    teacher_sft_steps: int = _SIZES.sft_steps
+    teacher_sft_steps: int = _SIZES.sft.steps
     """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
     the demo (``tempering demo``'s defaults for these and every other setting)."""
-    teacher_rl_steps: int = _SIZES.rl_steps
+    teacher_rl_steps: int = _SIZES.rl.steps
     """Without ``--log-dir``: the teacher's RL steps."""
-    teacher_rl_batch_size: int = _SIZES.rl_batch_size
+    teacher_rl_batch_size: int = _SIZES.rl.batch_size
     """Without ``--log-dir``: problems per teacher RL step."""
     teacher_group_size: int = _SIZES.group_size
     """Without ``--log-dir``: samples per problem in the teacher's RL."""
-    teacher_learning_rate: float = _SIZES.rl_learning_rate
+    teacher_learning_rate: float = _TEACHER_RL_RATE
     """Without ``--log-dir``: the teacher's RL learning rate."""
 
     NAME: ClassVar[str] = "trajectory-sft"
@@ -181,10 +183,7 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
         demo = teacher_demo(config.base_model)
         sizes = demo.sizes()
-        stage = SFTStage(
-            config.teacher_sft_steps, sizes.sft_batch_size, sizes.sft_learning_rate,
-            weight_decay=sizes.sft_weight_decay, eval_every=10,
-        )  # fmt: skip
+        stage = attrs.evolve(sizes.sft, steps=config.teacher_sft_steps, eval_every=10)
         sft = await sft_stage(
             s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
@@ -196,10 +195,10 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
         model = ModelConfig(
             base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
         )
-        rl = RLStage(
-            config.teacher_rl_steps, config.teacher_learning_rate, lr_schedule=demo.rl_lr_schedule,
-            eval_every=sizes.rl_eval_every, loss_fn=demo.rl_loss_fn, num_substeps=demo.rl_num_substeps,
-            batch_size=config.teacher_rl_batch_size,
+        # the demo's RL stage, held-out evaluation at its checkpoints' period (no periodic checkpoints)
+        rl = attrs.evolve(
+            sizes.rl, steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate,
+            batch_size=config.teacher_rl_batch_size, eval_every=sizes.rl.save_every, save_every=0,
         )  # fmt: skip
         s.say(f"teacher RL, {config.teacher_rl_steps} steps, logged")
         await rl_stage(
