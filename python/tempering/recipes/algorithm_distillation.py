@@ -121,8 +121,8 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Optimizer steps of each model (default: the task's preset)."""
     batch_size: int | None = positive(None)
     """Windows per step (default: the task's preset)."""
-    learning_rate: float = 1e-3
-    """Peak learning rate (AdamW, warmup then cosine)."""
+    learning_rate: float | None = positive(None)
+    """Peak learning rate (AdamW, warmup then cosine; default: 2e-3 for Dark Room, else 1e-3)."""
     d_model: int = positive(64)
     """Transformer width."""
     n_layers: int = positive(2)
@@ -162,6 +162,13 @@ class AlgorithmDistillationRecipe(RecipeConfig):
                 f"AlgorithmDistillationRecipe: --state-embedding xy needs a grid task (darkroom), but "
                 f"--task is {self.task}; use --state-embedding cell or auto"
             )
+
+    def peak_learning_rate(self) -> float:
+        """``--learning-rate``, else the task's: 2e-3 for Dark Room (measured better than 1e-3 at
+        3000 steps), 1e-3 for the others."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 2e-3 if self.task == "darkroom" else 1e-3
 
     def sizes(self) -> dict[str, int]:
         """The history, window and evaluation sizes: the flags, else the task's preset."""
@@ -212,7 +219,7 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
         )
         train = ADTrainConfig(
             log_dir=str(s.run_dir / f"{name}-model"), model=model_config, steps=z["steps"],
-            batch_size=z["batch_size"], learning_rate=config.learning_rate, seed=config.seed,
+            batch_size=z["batch_size"], learning_rate=config.peak_learning_rate(), seed=config.seed,
             device=config.device, if_exists="overwrite", data=f"{hist_dir} ({name})",
             save_every=max(1, z["steps"] // 4), log_every=10,
         )  # fmt: skip
