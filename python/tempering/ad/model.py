@@ -15,6 +15,10 @@ acts on); and a window of ``T`` transitions is ``T`` tokens, three times shorter
 ``"sar"``'s. The heads read token ``t``, which does not know ``a_t``, so the reward and state
 heads predict for every action and the loss takes the one that was played.
 
+States are embedded one vector per state, or (``grid_width``, for a grid such as Dark Room's)
+as a row embedding plus a column embedding, so that a cell never rewarded in training shares
+its row and column with cells that were.
+
 ``"sar"``: three tokens per transition, ``s_t``, ``a_t`` (plus ``l_t`` with
 ``feed_logprobs``), ``r_t``, with a learned kind embedding; the action and logprob heads read
 ``s_t``, the reward head ``a_t``, the state head ``r_t`` (``s_{t+1}``). Measured on bandits it
