@@ -72,7 +72,7 @@ TaskName = Literal["bandit", "darkroom", "guess-number"]
 _PRESETS: dict[str, dict[str, int]] = {
     # histories, windows, evaluation per task (the defaults of the flags left at None)
     "bandit": {"n_tasks": 1000, "n_episodes": 200, "window": 100, "stride": 200, "final_episodes": 100,
-               "eval_tasks": 30, "eval_episodes": 100, "steps": 2000, "batch_size": 16},
+               "eval_tasks": 30, "eval_episodes": 100, "steps": 4000, "batch_size": 16},
     "darkroom": {"n_tasks": 260, "n_episodes": 40, "window": 80, "stride": 20, "final_episodes": 4,
                  "eval_tasks": 16, "eval_episodes": 20, "steps": 3000, "batch_size": 32},
     "guess-number": {"n_tasks": 32, "n_episodes": 8, "window": 24, "stride": 6, "final_episodes": 4,
