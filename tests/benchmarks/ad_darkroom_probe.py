@@ -30,6 +30,7 @@ from tempering.ad import (
     train_ad,
     write_histories,
 )
+from tempering.training import RunDir
 
 
 def main() -> None:
@@ -75,8 +76,12 @@ def main() -> None:
         index = np.random.default_rng(0).choice(len(ds), size=min(256, len(ds)), replace=False).tolist()
         items = [ds.tensors(i) for i in index]
         losses = model.losses({k: torch.stack([it[k] for it in items]) for k in items[0]})
+    logged = RunDir(a.out / a.name).read_metrics()
+    tail = logged[-max(1, len(logged) // 10) :]
+    tail_accuracy = np.mean([m["train/action_accuracy"] for m in tail])
     print(
-        f"{len(ds)} windows; next-action accuracy on 256 of them {float(losses['action_accuracy']):.3f}; "
+        f"{len(ds)} windows; next-action accuracy on 256 of them {float(losses['action_accuracy']):.3f}, "
+        f"on the batches of the last tenth of training {tail_accuracy:.3f}; "
         f"trained in {time.monotonic() - t0:.0f} s"
     )
     train_goals = list(range(0, len(family.goals(False)), 4))[:16]
