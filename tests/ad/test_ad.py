@@ -271,7 +271,47 @@ def test_the_evaluation_context_starts_at_an_episode_start_like_training_windows
     assert recorder.lengths == expected
 
 
+def test_grid_states_are_a_row_embedding_plus_a_column_embedding() -> None:
+    from tempering.ad import ADTransformer
+
+    torch.manual_seed(0)
+    grid = ADTransformer(ADModelConfig(n_states=12, n_actions=5, context=8, d_model=16, grid_width=4))
+    cells = ADTransformer(ADModelConfig(n_states=12, n_actions=5, context=8, d_model=16))
+    with torch.no_grad():
+        # (row 0, col 1) + (row 2, col 3) = (row 0, col 3) + (row 2, col 1): cells 1 + 11 = 3 + 9
+        for model, additive in ((grid, True), (cells, False)):
+            e = model.state_emb(torch.tensor([1, 11, 3, 9]))
+            assert torch.allclose(e[0] + e[1], e[2] + e[3], atol=1e-5) == additive
+    n_grid, n_cells = (sum(p.numel() for p in m.state_emb.parameters()) for m in (grid, cells))
+    assert (n_grid, n_cells) == ((3 + 4) * 16, 12 * 16)
+
+
+class _SplitRecorder:
+    """A Dark Room family that records the split of every task it makes."""
+
+    def __init__(self, family: DarkRoomFamily) -> None:
+        self.family, self.splits = family, list[bool]()
+        self.name, self.n_states, self.n_actions = family.name, family.n_states, family.n_actions
+        self.horizon = family.horizon
+
+    def task(self, seed: int, held_out: bool, /) -> object:
+        self.splits.append(held_out)
+        return self.family.task(seed, held_out)
+
+
+def test_evaluation_plays_the_training_split_when_asked() -> None:
+    from tempering.ad import ADTransformer
+
+    family = _SplitRecorder(DarkRoomFamily(size=5, horizon_steps=6))
+    model = ADTransformer(ADModelConfig(n_states=25, n_actions=5, context=12, d_model=16))
+    evaluate_in_context(model, family, [0, 1], 1)  # type: ignore[arg-type]
+    evaluate_in_context(model, family, [0, 1], 1, held_out=False)  # type: ignore[arg-type]
+    assert family.splits == [True, True, False, False]
+
+
 def test_model_config_names_bad_options() -> None:
+    with pytest.raises(ValueError, match="grid_width must be 0 or a divisor of n_states 81, got 4"):
+        ADModelConfig(n_states=81, n_actions=5, context=8, grid_width=4)
     with pytest.raises(ValueError, match="previous_state needs tokens='transition'"):
         ADModelConfig(n_states=3, n_actions=4, context=8, tokens="sar", previous_state=True)
     with pytest.raises(ValueError, match="tokens must be 'transition' or 'sar', got 'sars'"):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tempering.ad import read_histories
 from tempering.training import RunDir
 
@@ -34,6 +36,8 @@ def test_recipe_tiny_budget(tmp_path: Path) -> None:
     assert {"return/ad", "return/ed", "return/source", "return/random"} <= set(curves[0])
     assert [m["step"] for m in RunDir(out / "ad-model").read_metrics()] == [0, 3]  # every 10th, the last
     assert read_histories(out / "histories").n_tasks == 4
+    model_config = json.loads((out / "ad-model" / "config.json").read_text())
+    assert model_config["model"]["grid_width"] == 9  # Dark Room's states: row + column embeddings
 
 
 def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
@@ -57,3 +61,11 @@ def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
         RunDir(out / "in-context").read_metrics()[0]
     )
     assert summary["source_last_return"] == 6  # the scripted learner remembers the number
+
+
+def test_xy_states_need_a_grid_task() -> None:
+    from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
+
+    message = r"--state-embedding xy needs a grid task \(darkroom\), but --task is bandit"
+    with pytest.raises(ValueError, match=message):
+        AlgorithmDistillationRecipe(task="bandit", state_embedding="xy", out="/nonexistent")

@@ -57,11 +57,13 @@ def evaluate_in_context(
     *,
     seed: int = 0,
     greedy: bool = False,
+    held_out: bool = True,
 ) -> Curve:
     """The model's return in each of ``n_episodes`` episodes of each held-out task ``seeds``
     (``N × E``), weights frozen, context carried across episodes; actions sampled from the
     action head (``greedy``: its argmax). For bandits the return is the expected reward of the
-    pulled arm.
+    pulled arm. ``held_out=False`` plays the training split's tasks instead (a diagnosis: does
+    the model do on the tasks it was trained on what it fails to do on new ones?).
 
     Example::
 
@@ -70,7 +72,7 @@ def evaluate_in_context(
     check_spaces(model.config, n_states=family.n_states, n_actions=family.n_actions, what=family.name)
     model.eval()
     device = next(model.parameters()).device
-    tasks = [family.task(s, True) for s in seeds]
+    tasks = [family.task(s, held_out) for s in seeds]
     n, h, w = len(tasks), family.horizon, model.config.context
     total = n_episodes * h
     states_NT = torch.zeros(n, total, dtype=torch.long, device=device)

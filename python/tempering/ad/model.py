@@ -15,6 +15,10 @@ acts on); and a window of ``T`` transitions is ``T`` tokens, three times shorter
 ``"sar"``'s. The heads read token ``t``, which does not know ``a_t``, so the reward and state
 heads predict for every action and the loss takes the one that was played.
 
+States are embedded one vector per state, or (``grid_width``, for a grid such as Dark Room's)
+as a row embedding plus a column embedding, so that a cell never rewarded in training shares
+its row and column with cells that were.
+
 ``"sar"``: three tokens per transition, ``s_t``, ``a_t`` (plus ``l_t`` with
 ``feed_logprobs``), ``r_t``, with a learned kind embedding; the action and logprob heads read
 ``s_t``, the reward head ``a_t``, the state head ``r_t`` (``s_{t+1}``). Measured on bandits it
@@ -88,6 +92,12 @@ class ADModelConfig:
     token ``t``, which then holds the whole transition ``(s_{t-1}, a_{t-1}, r_{t-1}, s_t)``: "at
     this state I did this and got that" is one token, for one attention layer to look up
     (where a state is visited more than once, as in Dark Room; a bandit has one state)."""
+    grid_width: int = 0
+    """States are the cells of a grid ``grid_width`` wide (``state = row * grid_width + col``, as
+    in Dark Room): embed a state as the sum of a row embedding and a column embedding (for
+    ``s_t`` and, with ``previous_state``, ``s_{t-1}``) instead of one embedding per cell, so a
+    cell never seen rewarded in training still shares its row and column with cells that were.
+    ``0`` (the default): one embedding per state."""
     label_smoothing: float = 0.0
     """Label smoothing of the action cross-entropy."""
     feed_logprobs: bool = False
@@ -106,6 +116,11 @@ class ADModelConfig:
             )
         if self.tokens not in ("transition", "sar"):
             raise ValueError(f"ADModelConfig.tokens must be 'transition' or 'sar', got {self.tokens!r}")
+        if self.grid_width < 0 or (self.grid_width and self.n_states % self.grid_width):
+            raise ValueError(
+                f"ADModelConfig.grid_width must be 0 or a divisor of n_states {self.n_states}, "
+                f"got {self.grid_width}"
+            )
         if self.previous_state and self.tokens != "transition":
             raise ValueError("ADModelConfig: previous_state needs tokens='transition'")
         if not 0.0 <= self.label_smoothing < 1.0 or not 0.0 <= self.dropout < 1.0:
@@ -162,6 +177,23 @@ class _Block(nn.Module):
         return x_BXD + self.mlp(self.norm2(x_BXD))
 
 
+class _GridEmbedding(nn.Module):
+    """A grid cell's embedding: its row's plus its column's (``ADModelConfig.grid_width``)."""
+
+    def __init__(self, n_states: int, grid_width: int, d: int) -> None:
+        super().__init__()
+        self.grid_width = grid_width
+        self.row_emb = nn.Embedding(n_states // grid_width, d)
+        self.col_emb = nn.Embedding(grid_width, d)
+
+    def forward(self, s_BT: torch.Tensor) -> torch.Tensor:
+        return self.row_emb(s_BT // self.grid_width) + self.col_emb(s_BT % self.grid_width)
+
+
+def _state_embedding(n_states: int, grid_width: int, d: int) -> nn.Module:
+    return _GridEmbedding(n_states, grid_width, d) if grid_width else nn.Embedding(n_states, d)
+
+
 class ADTransformer(nn.Module):
     """See the module docstring."""
 
@@ -169,7 +201,7 @@ class ADTransformer(nn.Module):
         super().__init__()
         self.config = config
         d, n_a, n_s = config.d_model, config.n_actions, config.n_states
-        self.state_emb = nn.Embedding(n_s, d)
+        self.state_emb = _state_embedding(n_s, config.grid_width, d)
         self.action_emb = nn.Embedding(n_a, d)
         self.logprob_proj = nn.Linear(1, d)
         self.reward_proj = nn.Linear(1, d)
@@ -184,7 +216,9 @@ class ADTransformer(nn.Module):
         self.logprob_head = nn.Linear(d, 1)
         self.reward_head = nn.Linear(d, 1 if sar else n_a)
         self.state_head = nn.Linear(d, n_s if sar else n_a * n_s)
-        self.previous_state_emb = nn.Embedding(n_s, d) if config.previous_state else None
+        self.previous_state_emb = (
+            _state_embedding(n_s, config.grid_width, d) if config.previous_state else None
+        )
 
     def _tokens_sar(
         self, s_BT: torch.Tensor, a_BT: torch.Tensor, r_BT: torch.Tensor, l_BT: torch.Tensor
