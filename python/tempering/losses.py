@@ -142,6 +142,10 @@ class LossSpec:
     from_mask: tuple[str, ...] = ()
     """Inputs the RL loop fills with its trained-token ``mask`` (a datum whose mask marks no
     token is left out: it has no advantage, and these inputs must mark a token)."""
+    gradient_from: tuple[str, ...] = ()
+    """Inputs that scale every token's gradient: where all of them are zero the token's loss
+    has no gradient, so a trainer may score that token without building its backward pass
+    (empty: every token may carry a gradient)."""
 
     @property
     def accepted_inputs(self) -> frozenset[str]:
@@ -151,6 +155,7 @@ class LossSpec:
 
 _CLIP = ("clip_low_threshold", "clip_high_threshold")
 _PG = ("logprobs", "advantages")
+_ADV = ("advantages",)
 
 
 def _clip_defaults(low: float, high: float) -> dict[str, float]:
@@ -161,10 +166,24 @@ def _clip_defaults(low: float, high: float) -> dict[str, float]:
 LOSSES: Mapping[str, LossSpec] = {
     spec.name: spec
     for spec in (
-        LossSpec("cross_entropy", ("weights",), _cross_entropy, allows_topk=True),
-        LossSpec("importance_sampling", _PG, _importance_sampling),
-        LossSpec("ppo", _PG, _ppo, per_token_config=_CLIP, config_defaults=_clip_defaults(0.8, 1.2)),
-        LossSpec("cispo", _PG, _cispo, per_token_config=_CLIP, config_defaults=_clip_defaults(0.0, 4.0)),
+        LossSpec("cross_entropy", ("weights",), _cross_entropy, allows_topk=True, gradient_from=("weights",)),
+        LossSpec("importance_sampling", _PG, _importance_sampling, gradient_from=_ADV),
+        LossSpec(
+            "ppo",
+            _PG,
+            _ppo,
+            per_token_config=_CLIP,
+            config_defaults=_clip_defaults(0.8, 1.2),
+            gradient_from=_ADV,
+        ),
+        LossSpec(
+            "cispo",
+            _PG,
+            _cispo,
+            per_token_config=_CLIP,
+            config_defaults=_clip_defaults(0.0, 4.0),
+            gradient_from=_ADV,
+        ),
         LossSpec("dro", _PG, _dro, config_defaults={"beta": 0.1}),
         LossSpec(
             "gspo",

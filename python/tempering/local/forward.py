@@ -141,10 +141,15 @@ class TrainingForward:
             for layer in self._layers:
                 object.__delattr__(layer, "forward")
 
-    def target_logprobs(self, batch: Batch) -> torch.Tensor:
+    def target_logprobs(self, batch: Batch, needs_grad_B_L: torch.Tensor | None = None) -> torch.Tensor:
         """``lp[b, t, k]``: log-probability of ``targets[b, t, k]`` after ``input_ids[b, :t+1]``
         (0 at padding). Datums that share their first tokens share that part of the forward
-        pass (:mod:`tempering.local.prefix`)."""
+        pass (:mod:`tempering.local.prefix`).
+
+        ``needs_grad_B_L`` (with gradients on): the positions whose logprobs the loss takes a
+        gradient from. The others are unembedded without a backward pass (their values are the
+        same); on a chat SFT batch, where only the answers are trained, that saves most of the
+        unembedding's backward, the largest matrix of a small model."""
         ids, mask = batch.input_ids, batch.attention_mask
         plan = None
         if self.share_prefixes:
@@ -159,6 +164,18 @@ class TrainingForward:
                 out = self._decoder(input_ids=ids, attention_mask=mask, use_cache=False)
                 hidden_B_L_H = out.last_hidden_state
         B, L, K = batch.targets.shape
+        real_B_L = (
+            mask.bool() if mask is not None else torch.ones((B, L), dtype=torch.bool, device=ids.device)
+        )
+        if needs_grad_B_L is not None and torch.is_grad_enabled():
+            with_grad_B_L = needs_grad_B_L & real_B_L
+            if bool(with_grad_B_L.any()) and not bool(torch.equal(with_grad_B_L, real_B_L)):
+                lp_B_L_K = self._positions_logprobs(
+                    hidden_B_L_H, batch.targets, real_B_L & ~with_grad_B_L, grad=False
+                )
+                return lp_B_L_K + self._positions_logprobs(
+                    hidden_B_L_H, batch.targets, with_grad_B_L, grad=True
+                )
         if mask is None:
             lp_N_K = chunked_target_logprobs(
                 self._unembed,
@@ -167,11 +184,18 @@ class TrainingForward:
                 self.chunk_tokens,
             )
             return lp_N_K.reshape(B, L, K)
-        rows, cols = mask.bool().nonzero(as_tuple=True)
-        lp_N_K = chunked_target_logprobs(
-            self._unembed, hidden_B_L_H[rows, cols], batch.targets[rows, cols], self.chunk_tokens
-        )
-        return lp_N_K.new_zeros((B, L, K)).index_put((rows, cols), lp_N_K)
+        return self._positions_logprobs(hidden_B_L_H, batch.targets, real_B_L, grad=True)
+
+    def _positions_logprobs(
+        self, hidden_B_L_H: torch.Tensor, targets_B_L_K: torch.Tensor, at_B_L: torch.Tensor, *, grad: bool
+    ) -> torch.Tensor:
+        """Target logprobs at the positions ``at_B_L``, 0 elsewhere; without a graph unless ``grad``."""
+        rows, cols = at_B_L.nonzero(as_tuple=True)
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            lp_N_K = chunked_target_logprobs(
+                self._unembed, hidden_B_L_H[rows, cols], targets_B_L_K[rows, cols], self.chunk_tokens
+            )
+        return lp_N_K.new_zeros(targets_B_L_K.shape).index_put((rows, cols), lp_N_K)
 
     def _from_model_logits(self, batch: Batch, plan: PrefixPlan | None) -> torch.Tensor:
         """The fallback for models whose logits are not a plain unembedding: their own logits."""

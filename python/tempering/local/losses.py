@@ -90,6 +90,7 @@ class Batch:
     ``targets``               ``B, L, K``  target tokens, padded with 0
     ``mask``                  ``B, L, K``  1.0 on real targets
     ``inputs[key]``           ``B, L, K``  float loss inputs, padded with 0
+    ``gradient``              ``B, L``     where the loss can have a gradient (None: anywhere)
     ========================  ===========  ============================================
     """
 
@@ -100,6 +101,10 @@ class Batch:
     inputs: dict[str, torch.Tensor]
     target_shapes: list[tuple[int, ...]]
     num_tokens: int
+    gradient: torch.Tensor | None = None
+    """The positions where any of the loss's ``gradient_from`` inputs is nonzero for some target
+    (elsewhere its gradient is zero, so the trainer need not build the backward pass there);
+    None when the loss may have a gradient at any position."""
 
 
 def _as_array(datum_index: int, key: str, value: tinker.TensorData) -> npt.NDArray[np.generic]:
@@ -221,6 +226,9 @@ def pad_batch(
         for key, array in datum.inputs.items():
             inputs[key][b, :n, :k] = array.reshape(n, k)
     padded = bool((attention == 0).any())
+    gradient = None
+    if loss is not None and loss.gradient_from:
+        gradient = np.stack([inputs[key] != 0 for key in loss.gradient_from]).any(axis=(0, 3))
     return Batch(
         input_ids=torch.from_numpy(input_ids).to(device),
         attention_mask=torch.from_numpy(attention).to(device) if padded else None,
@@ -229,6 +237,7 @@ def pad_batch(
         inputs={key: torch.from_numpy(value).to(device) for key, value in inputs.items()},
         target_shapes=[tuple(d.target.shape) for d in checked],
         num_tokens=int(attention.sum()),
+        gradient=torch.from_numpy(gradient).to(device) if gradient is not None else None,
     )
 
 

@@ -199,7 +199,7 @@ class LocalTrainingClient(WorkerClient):
         with torch.set_grad_enabled(backward), gradients_all_or_nothing(self._params):
             for rows in parts:
                 batch = pad_batch([checked[i] for i in rows], loss, config, device=self._placement.device)
-                lp = self._forward.target_logprobs(batch)
+                lp = self._forward.target_logprobs(batch, batch.gradient if backward else None)
                 micro = (loss.objective(lp, batch.inputs, config) * batch.mask).sum()
                 if backward:
                     micro.backward()
