@@ -1,57 +1,26 @@
-"""Futures and the single-thread workers that keep each client's requests in order.
+"""Futures and the workers that keep each client's requests in order.
 
 Every client method that does work returns a :class:`LocalFuture` at once; the work runs on the
-client's own worker thread, one request at a time, in submission order. That is what lets a
-trainer queue an ``optim_step`` behind a ``forward_backward`` before awaiting either.
+process's engine thread (:mod:`tempering.local.engine_thread`), each client's requests one at a
+time, in submission order. That is what lets a trainer queue an ``optim_step`` behind a
+``forward_backward`` before awaiting either.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future as ConcurrentFuture
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self, TypeVar
 
 import tinker
-import torch
 
-__all__ = ["LocalFuture", "Worker", "WorkerClient", "new_executor", "set_torch_threads"]
+from tempering.local.engine_thread import engine_thread, set_torch_threads
+
+__all__ = ["LocalFuture", "Worker", "WorkerClient", "set_torch_threads"]
 
 _T = TypeVar("_T")
-_worker_ids = itertools.count()
-_torch_threads: int | None = None
-
-
-def set_torch_threads(count: int) -> None:
-    """Use ``count`` intra-op threads in torch, in this thread and in every worker thread the
-    local engine starts from now on. Process-wide (``torch.set_num_threads``).
-
-    One thread is often fastest for small models on a busy machine: OpenMP's threads wait for
-    each other at every operation, which a tiny matrix product cannot amortise.
-    """
-    global _torch_threads
-    if count < 1:
-        raise ValueError(f"the number of threads must be >= 1, got {count}")
-    _torch_threads = count
-    torch.set_num_threads(count)
-
-
-def _init_worker_thread() -> None:
-    # OpenMP keeps the thread count per thread: repeat the setting in each new worker.
-    if _torch_threads is not None:
-        torch.set_num_threads(_torch_threads)
-
-
-def new_executor(name: str) -> ThreadPoolExecutor:
-    """A single-thread executor whose thread uses the engine's torch thread setting."""
-    return ThreadPoolExecutor(
-        max_workers=1,
-        thread_name_prefix=f"tempering-{name}-{next(_worker_ids)}",
-        initializer=_init_worker_thread,
-    )
 
 
 class LocalFuture(tinker.APIFuture[_T]):
@@ -108,10 +77,10 @@ class LocalFuture(tinker.APIFuture[_T]):
 
 
 class Worker:
-    """One thread that runs submitted calls in submission order."""
+    """A queue on the engine thread that runs submitted calls in submission order."""
 
     def __init__(self, name: str) -> None:
-        self._executor = new_executor(name)
+        self._queue = engine_thread().queue(name)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -120,13 +89,22 @@ class Worker:
         with self._lock:
             if self._closed:
                 return LocalFuture.failed(RuntimeError("this client has been closed"))
-            return LocalFuture(self._executor.submit(fn))
+            return LocalFuture(self._queue.submit(fn))
+
+    def requeue(self, fn: Callable[[], object]) -> None:
+        """Queue more work for calls already accepted (even after :meth:`close`)."""
+        self._queue.submit(fn)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self, wait: bool = True) -> None:
-        """Refuse new calls; with ``wait``, finish the queued ones first."""
+        """Refuse new calls; with ``wait``, finish the queued ones first (they run either way)."""
         with self._lock:
             self._closed = True
-        self._executor.shutdown(wait=wait)
+        if wait:
+            self._queue.drain()
 
 
 class WorkerClient:

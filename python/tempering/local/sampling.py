@@ -44,8 +44,9 @@ from tempering.local.decoding import (
     has_plain_cache,
     make_request,
 )
+from tempering.local.engine_thread import engine_thread
 from tempering.local.fastdecode import supports_static_decoding
-from tempering.local.futures import LocalFuture, new_executor
+from tempering.local.futures import LocalFuture, Worker
 
 __all__ = ["LocalSamplingClient", "SamplerModel"]
 
@@ -54,12 +55,38 @@ class _SamplerState:
     """What the sampling worker needs (kept apart from the client so that dropping the client
     frees the model once queued work is done)."""
 
-    def __init__(self, model: ConcurrentFuture[SamplerModel]) -> None:
+    def __init__(self, model: ConcurrentFuture[SamplerModel], worker: Worker) -> None:
         self.model = model
+        self.worker = worker
+        """The client's queue on the engine thread (a decoding batch that yields the thread
+        queues another drain there for the requests it left)."""
         self.pending: deque[SampleRequest] = deque()
         self.unmade: deque[_Unmade] = deque()
         """Requests that arrived before the weights were ready, checked once they are."""
         self.lock = threading.Lock()
+        self.queued_drains = 0
+        """Drains queued on the engine thread and not started (under ``lock``)."""
+
+    def queue_drain(self, drain: Callable[[], None] | None = None) -> None:
+        """Queue ``drain`` (default :meth:`drain`) for the requests just added; it counts as
+        queued until it starts."""
+        with self.lock:
+            self._queue_locked(drain or self.drain)
+
+    def _queue_locked(self, drain: Callable[[], None]) -> None:
+        def started() -> None:
+            with self.lock:
+                self.queued_drains -= 1
+            drain()
+
+        self.queued_drains += 1
+        self.worker.requeue(started)
+
+    def _yield_thread(self) -> None:
+        """Leave the pending requests to a drain queued behind the waiting requests of other
+        clients (queue one if none of ours is waiting). Called under ``lock``."""
+        if self.pending and self.queued_drains == 0:
+            self._queue_locked(self.drain)
 
     def make_pending(self) -> None:
         """Check the requests that waited for the weights and queue them (together, so that
@@ -102,10 +129,15 @@ class _SamplerState:
         if sampler is not None and supports_static_decoding(sampler.model):
             self._run_continuously(sampler)
             return
+        engine, started = engine_thread(), False
         while True:
             with self.lock:
                 if not self.pending:
                     return
+                if started and engine.others_waiting():  # yield; a drain queued behind takes the rest
+                    self._yield_thread()
+                    return
+                started = True
                 batch = [self.pending.popleft()]
                 rows = batch[0].num_samples
                 while self.pending and rows + self.pending[0].num_samples <= MAX_BATCH_ROWS:
@@ -117,14 +149,24 @@ class _SamplerState:
         """Decode until no request is pending or running; requests that arrive meanwhile join
         between steps (:mod:`tempering.local.continuous`)."""
         batch = ContinuousBatch(sampler)
+        engine = engine_thread()
+        started = False
         with torch.inference_mode():
             while True:
                 self.make_pending()
                 joining: list[SampleRequest] = []
-                with self.lock:
-                    room = batch.room()
+                # Once another client's request waits for the engine thread, new requests wait
+                # too: the batch finishes its rows and yields the thread, and a drain queued
+                # behind that request takes the rest.
+                with self.lock:  # checked under the lock: a request queued before these is seen
+                    yielding = started and engine.others_waiting()
+                    started = True
+                    if yielding and not batch.rows:
+                        self._yield_thread()
+                        return
+                    room = 0 if yielding else batch.room()
                     while self.pending and (
-                        self.pending[0].num_samples <= room or not (batch.rows or joining)
+                        self.pending[0].num_samples <= room or not (yielding or batch.rows or joining)
                     ):
                         room -= self.pending[0].num_samples
                         joining.append(self.pending.popleft())
@@ -199,8 +241,8 @@ class LocalSamplingClient:
             ready: ConcurrentFuture[SamplerModel] = ConcurrentFuture()
             ready.set_result(model)
             model = ready
-        self._state = _SamplerState(model)
-        self._executor = new_executor("sampler")
+        self._worker = Worker("sampler")
+        self._state = _SamplerState(model, self._worker)
 
     def _sampler(self) -> SamplerModel:
         return self._state.model.result()
@@ -255,6 +297,8 @@ class LocalSamplingClient:
         return LocalFuture(out)
 
     def _submit(self, make: Callable[[SamplerModel], SampleRequest]) -> LocalFuture[ttypes.SampleResponse]:
+        if self._worker.closed:
+            return LocalFuture.failed(RuntimeError("this sampling client has been closed"))
         model = self._state.model
         if model.done() and model.exception() is None:
             try:
@@ -263,7 +307,7 @@ class LocalSamplingClient:
                 return LocalFuture.failed(exc)
             with self._state.lock:
                 self._state.pending.append(request)
-            self._executor.submit(self._state.drain)
+            self._state.queue_drain()
             return LocalFuture(request.result)
         # The weights are still being prepared: check the request once they are. Every request
         # that arrives meanwhile waits in ``unmade``; the first worker task after the weights
@@ -277,7 +321,7 @@ class LocalSamplingClient:
             state.model.exception()  # waits for the weights
             state.drain()
 
-        self._executor.submit(when_ready)
+        state.queue_drain(when_ready)
         return LocalFuture(out)
 
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
@@ -289,5 +333,5 @@ class LocalSamplingClient:
         return self._sampler().base_model
 
     def close(self) -> None:
-        """Finish queued requests, then stop the worker thread."""
-        self._executor.shutdown(wait=True)
+        """Finish queued requests; refuse new ones."""
+        self._worker.close(wait=True)
