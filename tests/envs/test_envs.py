@@ -13,6 +13,7 @@ import attrs
 import pytest
 import tinker
 
+from tempering.data.hub import MathProblem
 from tempering.envs import (
     MessageEnvAdapter,
     MessageStepResult,
@@ -26,9 +27,12 @@ from tempering.envs import (
     lowercase_fraction,
     tournament_scores,
 )
+from tempering.envs.code import CodeDataset, CodeGrading, CodeProblem
+from tempering.envs.math import MathDataset, MathRewards
 from tempering.envs.tasks import ArithmeticTask, ChatProblems, LowercaseTask
 from tempering.renderers import BaseRenderer
 from tempering.rl.data import trajectories_to_datums
+from tempering.tools.sandbox import LocalSandbox
 from tempering_protocols import MASK_TURN, Env, EnvGroupBuilder, Message, Observation, StopCondition
 from tempering_protocols.testing import check_env, check_env_group_builder, check_rl_dataset_builder
 
@@ -114,6 +118,31 @@ def test_problem_dataset_is_deterministic_and_covers_epochs(renderer: BaseRender
     assert ds.get_batch(4) == ds.get_batch(4)
     first_epoch = [b.problem for i in range(2) for b in ds.get_batch(i)]  # type: ignore[attr-defined]
     assert len(set(first_epoch)) == 4
+
+
+def test_datasets_give_each_group_their_settings(renderer: BaseRenderer) -> None:
+    """Every single-reply family's dataset builds its groups with its group size, system prompt
+    and tag (``SeededBatches.group_settings``) and its own grading and prompt fields."""
+    shared = {"group_size": 3, "system_prompt": "Be brief.", "tag": "t"}
+    problems = ProblemDataset(
+        [Problem("q", "a")], renderer, exact_match, batch_size=1, format_coef=0.25, **shared
+    )
+    rewards = MathRewards()
+    maths = MathDataset(
+        [MathProblem("q", "1", "row")], renderer, rewards, batch_size=1, instruction="Box it.", **shared
+    )
+    grading = CodeGrading(sandbox=LocalSandbox())
+    code = CodeDataset(
+        [CodeProblem("f", "Write f.", ("assert f()",))], renderer, grading, batch_size=1, **shared
+    )
+    for ds in (problems, maths, code):
+        assert ds.group_settings() == shared
+    p, m, c = problems.get_batch(0)[0], maths.get_batch(0)[0], code.get_batch(0)[0]
+    for group in (p, m, c):
+        assert (group.group_size, group.system_prompt, group.tag) == (3, "Be brief.", "t")  # type: ignore[attr-defined]
+    assert (p.grader, p.format_coef) == (exact_match, 0.25)  # type: ignore[attr-defined]
+    assert (m.rewards, m.instruction) == (rewards, "Box it.")  # type: ignore[attr-defined]
+    assert c.grading is grading  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("task", [LowercaseTask(n_batches=3), ArithmeticTask(batch_size=4, group_size=2)])

@@ -18,6 +18,7 @@ from tempering.envs.twenty_questions import (
     load_words,
     normalise_answer,
 )
+from tempering.envs.twenty_questions_task import TwentyQuestionsTask
 from tempering.local.service import ServiceClient
 from tempering.renderers import BaseRenderer
 from tempering_protocols import Message, MessageCompleter
@@ -188,3 +189,25 @@ def test_twenty_questions_builder_and_dataset(renderer: BaseRenderer) -> None:
     envs = asyncio.run(batch[0].make_envs())
     assert len(envs) == 3
     assert all(isinstance(e, MessageEnvAdapter) for e in envs)
+
+
+def test_twenty_questions_test_groups_play_the_training_rules() -> None:
+    """The task's test groups come from its training dataset's ``group``: every word, the
+    task's ``eval_samples`` games each, with the training games' turns, cost and answerer."""
+    task = TwentyQuestionsTask(max_turns=3, turn_cost=0.1, eval_samples=2, group_size=4, batch_size=2)
+    answerer = Scripted()
+    games = task.games(answerer)
+    assert (games.batch_size, games.group_size, games.max_turns, games.turn_cost) == (2, 4, 3, 0.1)
+    assert [g.group_size for g in games.get_batch(0)] == [4, 4]  # type: ignore[attr-defined]
+    one = games.group(WORDS[0], 5)
+    assert (one.secret, one.group_size, one.max_turns, one.turn_cost, one.answerer) == (
+        WORDS[0],
+        5,
+        3,
+        0.1,
+        answerer,
+    )
+    tests = task.eval_builders(answerer)
+    assert [b.secret for b in tests] == load_words()
+    assert {(b.group_size, b.max_turns, b.turn_cost) for b in tests} == {(2, 3, 0.1)}
+    assert all(b.answerer is answerer for b in tests)

@@ -212,14 +212,7 @@ class CodeDataset(SeededBatches[CodeProblem]):
     tag: str = attrs.field(default="code", kw_only=True)
 
     def make_group(self, problem: CodeProblem, /) -> EnvGroupBuilder:
-        return CodeGroupBuilder(
-            problem,
-            self.renderer,
-            self.grading,
-            group_size=self.group_size,
-            system_prompt=self.system_prompt,
-            tag=self.tag,
-        )
+        return CodeGroupBuilder(problem, self.renderer, self.grading, **self.group_settings())
 
 
 @attrs.frozen(kw_only=True)

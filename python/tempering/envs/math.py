@@ -128,13 +128,7 @@ class MathDataset(SeededBatches[MathProblem]):
 
     def make_group(self, problem: MathProblem, /) -> EnvGroupBuilder:
         return MathGroupBuilder(
-            problem,
-            self.renderer,
-            self.rewards,
-            group_size=self.group_size,
-            system_prompt=self.system_prompt,
-            instruction=self.instruction,
-            tag=self.tag,
+            problem, self.renderer, self.rewards, instruction=self.instruction, **self.group_settings()
         )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import attrs
 import numpy as np
@@ -45,6 +45,7 @@ from tempering_protocols import (
 
 __all__ = [
     "Grader",
+    "GroupSettings",
     "Problem",
     "ProblemDataset",
     "ProblemEnv",
@@ -251,13 +252,23 @@ def held_out(dataset: D, problems: Sequence[Any], *, group_size: int, seed: int)
     )
 
 
+class GroupSettings(TypedDict):
+    """What a problem dataset (:class:`SeededBatches`) gives each of its groups
+    (:class:`SingleReplyGroup`) besides the problem, the renderer and the grading
+    (:meth:`SeededBatches.group_settings`)."""
+
+    group_size: int
+    system_prompt: str | None
+    tag: str
+
+
 @attrs.frozen
 class SeededBatches(Generic[P]):
     """The plumbing of a problem dataset: ``batch_size`` of ``problems`` per batch in the order
     of :func:`batch_picks` (seeded by ``seed``, reshuffled each epoch), each a group of
     ``group_size`` replies from :meth:`make_group`; ``len`` is ``n_batches`` (default: one
     pass). A family adds its grading field (positional, after ``renderer``) and its prompt
-    settings, and builds its group in :meth:`make_group`."""
+    settings, and builds its group in :meth:`make_group` with :meth:`group_settings`."""
 
     problems: Sequence[P]
     renderer: Renderer = attrs.field(eq=False)
@@ -271,6 +282,11 @@ class SeededBatches(Generic[P]):
     def make_group(self, problem: P, /) -> EnvGroupBuilder:
         """The group of envs of one problem."""
         raise NotImplementedError(f"{type(self).__name__}.make_group")
+
+    def group_settings(self) -> GroupSettings:
+        """This dataset's settings for each of its groups (``Group(problem, self.renderer,
+        grading, **self.group_settings())``)."""
+        return GroupSettings(group_size=self.group_size, system_prompt=self.system_prompt, tag=self.tag)
 
     def __len__(self) -> int:
         if self.n_batches is not None:
@@ -298,11 +314,5 @@ class ProblemDataset(SeededBatches[Problem]):
 
     def make_group(self, problem: Problem, /) -> EnvGroupBuilder:
         return ProblemGroupBuilder(
-            problem,
-            self.renderer,
-            self.grader,
-            group_size=self.group_size,
-            system_prompt=self.system_prompt,
-            tag=self.tag,
-            format_coef=self.format_coef,
+            problem, self.renderer, self.grader, format_coef=self.format_coef, **self.group_settings()
         )

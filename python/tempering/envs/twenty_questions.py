@@ -251,18 +251,20 @@ class TwentyQuestionsDataset:
         picks = rng.choice(
             len(self.secrets), size=self.batch_size, replace=self.batch_size > len(self.secrets)
         )
-        return [
-            TwentyQuestionsGroupBuilder(
-                self.secrets[int(i)],
-                self.words,
-                self.renderer,
-                self.answerer,
-                group_size=self.group_size,
-                max_turns=self.max_turns,
-                turn_cost=self.turn_cost,
-            )
-            for i in picks
-        ]
+        return [self.group(self.secrets[int(i)], self.group_size) for i in picks]
+
+    def group(self, secret: WordEntry, group_size: int) -> TwentyQuestionsGroupBuilder:
+        """``group_size`` games of ``secret`` with this dataset's words, answerer and rules
+        (``max_turns``, ``turn_cost``): a training group, or a test group of any size."""
+        return TwentyQuestionsGroupBuilder(
+            secret,
+            self.words,
+            self.renderer,
+            self.answerer,
+            group_size=group_size,
+            max_turns=self.max_turns,
+            turn_cost=self.turn_cost,
+        )
 
 
 @attrs.frozen

@@ -91,27 +91,11 @@ class TwentyQuestionsTask(AgentTask):
             max_tokens=6,
         )
 
-    def eval_builders(self, answerer: MessageCompleter) -> list[TwentyQuestionsGroupBuilder]:
-        """A group of ``eval_samples`` games for every secret."""
-        words, renderer = load_words(), self.renderer()
-        return [
-            TwentyQuestionsGroupBuilder(
-                w,
-                words,
-                renderer,
-                answerer,
-                group_size=self.eval_samples,
-                max_turns=self.max_turns,
-                turn_cost=self.turn_cost,
-            )
-            for w in words
-        ]
-
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        """The training secrets' dataset (``max_turns``, ``turn_cost``, batches and groups: this
-        task's fields) and the test set."""
-        words, answerer = load_words(), await self.answerer()
-        train = TwentyQuestionsDataset(
+    def games(self, answerer: MessageCompleter) -> TwentyQuestionsDataset:
+        """The training secrets' dataset: every word, games of ``max_turns`` and ``turn_cost``,
+        batches and groups as this task's fields say."""
+        words = load_words()
+        return TwentyQuestionsDataset(
             words,
             words,
             self.renderer(),
@@ -123,4 +107,14 @@ class TwentyQuestionsTask(AgentTask):
             max_turns=self.max_turns,
             turn_cost=self.turn_cost,
         )
+
+    def eval_builders(self, answerer: MessageCompleter) -> list[TwentyQuestionsGroupBuilder]:
+        """A group of ``eval_samples`` games for every secret, with the training games' rules."""
+        games = self.games(answerer)
+        return [games.group(w, self.eval_samples) for w in games.secrets]
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        """The training secrets' dataset (:meth:`games`) and the test set (:meth:`eval_builders`)."""
+        answerer = await self.answerer()
+        train = self.games(answerer)
         return train, FixedGroups.one_batch(self.eval_builders(answerer), self.seed) if self.test else None
