@@ -30,6 +30,7 @@ import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from tempering.local import TINY_MODEL, ServiceClient
+from tempering.local.engine_thread import run_on_engine_thread
 from tempering.local.model import resolve_model_dir
 
 BATCH, PROMPT_TOKENS, NEW_TOKENS = 64, 32, 64
@@ -59,15 +60,21 @@ def test_decode_engine_vs_generate(benchmark: BenchmarkFixture, service: Service
     model = _model()
     model_dir = resolve_model_dir(model, service.root)
     shape = es.ModelShape.of_dir(model_dir)
-    peaks = {name: es.matmul_peak(cpu, dt, MATMUL_N) for name, dt in es.DTYPES.items()}
+    # Every torch call of this test runs on the engine's thread, as the engine's own work does:
+    # a second thread running torch would start a second OpenMP pool, which slows both sides
+    # (local/engine_thread.py).
+    peaks = {
+        name: run_on_engine_thread(lambda dt=dt: es.matmul_peak(cpu, dt, MATMUL_N)).result()
+        for name, dt in es.DTYPES.items()
+    }
     prompts = es.random_prompts(BATCH, PROMPT_TOKENS, shape.vocab)
     sampler = es.engine_sampler(service, model)
-    hf = es.load_hf(model_dir, cpu, dtype)
+    hf = run_on_engine_thread(lambda: es.load_hf(model_dir, cpu, dtype)).result()
     generate_s: list[float] = []
 
     def generate_round() -> None:
         start = time.perf_counter()
-        es.sample_generate(hf, prompts, NEW_TOKENS)
+        run_on_engine_thread(lambda: es.sample_generate(hf, prompts, NEW_TOKENS)).result()
         generate_s.append(time.perf_counter() - start)
 
     tokens = benchmark.pedantic(
@@ -85,7 +92,7 @@ def test_decode_engine_vs_generate(benchmark: BenchmarkFixture, service: Service
         "model": model,
         "params": shape.params,
         "dtype": dtype_name,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": run_on_engine_thread(torch.get_num_threads).result(),
         "tokens": tokens,
         "engine_tokens_per_s": engine.tokens_per_s,
         "generate_tokens_per_s": generate.tokens_per_s,
