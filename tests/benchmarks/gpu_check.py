@@ -52,6 +52,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_scale as es
 
+from tempering.local.engine_thread import run_on_engine_thread
+
 QWEN3_MODELS = {"qwen3-0.6b-random": es.QWEN3_0_6B, "qwen3-mini-random": es.QWEN3_MINI}
 
 
@@ -153,7 +155,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": es.machine_info(device),
         "dtype": dtype_name,
         "sizes": sizes.__dict__ | {"batches": list(sizes.batches)},
-        "matmul_peak_flops": {name: es.matmul_peak(device, dt, matmul_n) for name, dt in es.DTYPES.items()},
+        # On the engine's thread, as everything here that runs torch: one OpenMP pool on a CPU
+        # (tempering/local/engine_thread.py).
+        "matmul_peak_flops": {
+            name: run_on_engine_thread(lambda dt=dt: es.matmul_peak(device, dt, matmul_n)).result()
+            for name, dt in es.DTYPES.items()
+        },
         "matmul_n": matmul_n,
         "models": [],
     }
@@ -259,7 +266,11 @@ def run_model(
                 finally:
                     del hf
 
-            row["generate"] = phase(f"{model_dir.name}: generate {batch}", generate, device)
+            row["generate"] = phase(
+                f"{model_dir.name}: generate {batch}",
+                lambda g=generate: run_on_engine_thread(g).result(),
+                device,
+            )
             save()
         for side in ("engine", "generate"):
             tps = row.get(side, {}).get("tokens_per_s")

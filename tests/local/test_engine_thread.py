@@ -111,3 +111,16 @@ def test_a_closed_sampler_refuses_new_requests(service: ServiceClient) -> None:
     sampler.close()
     with pytest.raises(RuntimeError, match="closed"):
         sampler.sample(tinker.ModelInput.from_ints([40]), 1, tinker.SamplingParams(max_tokens=1)).result()
+
+
+def test_sampling_from_the_engine_thread_does_not_deadlock(service: ServiceClient) -> None:
+    """A sample's future is completed by the decoding batch, a later request on the same
+    thread: waiting for it there runs the batch instead of blocking."""
+    sampler = service.create_sampling_client(base_model=TINY_MODEL).result()
+
+    def inside() -> int:
+        params = tinker.SamplingParams(max_tokens=3, stop=[], seed=0)
+        return len(sampler.sample(tinker.ModelInput.from_ints([40, 41]), 2, params).result(timeout=60).sequences)
+
+    assert run_on_engine_thread(inside).result(timeout=120) == 2
+    sampler.close()

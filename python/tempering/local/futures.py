@@ -16,7 +16,7 @@ from typing import Any, Self, TypeVar
 
 import tinker
 
-from tempering.local.engine_thread import engine_thread, set_torch_threads
+from tempering.local.engine_thread import engine_thread, on_engine_thread, set_torch_threads
 
 __all__ = ["LocalFuture", "Worker", "WorkerClient", "set_torch_threads"]
 
@@ -55,6 +55,10 @@ class LocalFuture(tinker.APIFuture[_T]):
         return cls(future)
 
     def result(self, timeout: float | None = None) -> _T:
+        # On the engine thread (inside a request, or ``run_on_engine_thread``), waiting runs the
+        # other queued requests rather than blocking the thread they need.
+        if on_engine_thread():
+            engine_thread().help_until(self._future, timeout)
         return self._future.result(timeout)
 
     async def result_async(self, timeout: float | None = None) -> _T:
