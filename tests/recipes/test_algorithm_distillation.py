@@ -44,8 +44,8 @@ def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "guess-number",
-         "--format", "language", "--n-tasks", "4", "--sft-steps", "3", "--eval-tasks", "2",
-         "--eval-episodes", "2", "--no-progress", "--out", str(out)],
+         "--format", "language", "--n-tasks", "4", "--sft-steps", "3", "--sft.batch-size", "4",
+         "--eval-tasks", "2", "--eval-episodes", "2", "--no-progress", "--out", str(out)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -55,11 +55,18 @@ def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
     first = json.loads(rows[0])["messages"]
     assert first[1] == {"role": "user", "content": "Episode starts. start"}
     assert len(RunDir(out / "lm-model").read_metrics()) == 3
+    # expert distillation in text: the windows of each task's last 4 episodes (one window each)
+    ed_rows = [json.loads(r)["messages"] for r in (out / "language" / "lm-ed.jsonl").read_text().splitlines()]
+    assert len(ed_rows) == summary["lm_ed_windows"] == 4
+    assert all(m in [json.loads(r)["messages"] for r in rows] for m in ed_rows)  # AD's last windows
+    assert len(RunDir(out / "lm-ed-model").read_metrics()) == 3
     # 2 tasks x 2 episodes x 6 guesses, each a reply parsed to a guess or counted invalid
     assert 0 <= summary["lm_invalid_actions"] <= 24
-    assert {"return/lm", "return/source", "return/random"} <= set(
+    assert 0 <= summary["lm_ed_invalid_actions"] <= 24
+    assert {"return/lm", "return/lm_ed", "return/source", "return/random"} <= set(
         RunDir(out / "in-context").read_metrics()[0]
     )
+    assert {"lm_regret", "lm_ed_regret", "source_regret", "random_regret"} <= set(summary)
     assert summary["source_last_return"] == 6  # the scripted learner remembers the number
 
 

@@ -12,11 +12,13 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
    ``<out>/ed-model`` (run directories; ``tempering view <out>`` shows their losses).
    ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``
    (``{"messages": [...]}`` rows, ``tempering sft``'s input), and ``--base-model`` fine-tuned on
-   them (``--sft.*``, every assistant message trained) into ``<out>/lm-model``.
+   them (``--sft.*``, every assistant message trained) into ``<out>/lm-model``; expert
+   distillation's windows likewise (``<out>/language/lm-ed.jsonl``, ``<out>/lm-ed-model``).
 4. In-context evaluation: ``--eval-tasks`` held-out tasks, ``--eval-episodes``
    episodes, weights frozen, the context carried across episodes; AD, ED, the source learner's
-   own curve and a random policy (the language model ``lm``, sampled, in place of AD and ED
-   with ``--format language``; ``lm_invalid_actions`` counts replies that named no action).
+   own curve and a random policy (the language models ``lm`` and ``lm_ed``, sampled, in place of
+   AD and ED with ``--format language``; ``lm_invalid_actions`` and ``lm_ed_invalid_actions``
+   count replies that named no action).
    ``<out>/in-context`` holds the curves (``return/<name>``
    against the episode), which ``tempering view <out>`` draws.
 
@@ -58,6 +60,7 @@ from tempering.ad import (
     write_curves,
     write_histories,
 )
+from tempering.ad.dataset import Episodes
 from tempering.ad.evaluate import Curve
 from tempering.ad.language import evaluate_language_in_context
 from tempering.ad.model import Tokens
@@ -276,21 +279,39 @@ async def _language(
     seeds: list[int],
 ) -> tuple[dict[str, Curve], dict[str, float], str]:
     """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
-    then the same in-context evaluation by sampling; returns the ``lm`` curve, its figures
-    (``lm_windows``, ``lm_invalid_actions``) and the transcripts' path."""
+    then the same in-context evaluation by sampling; and the same for expert distillation (the
+    windows of each task's last ``--final-episodes`` episodes, ``lm_ed``) unless ``--skip-ed``.
+    Returns the ``lm`` (and ``lm_ed``) curves, their figures (``<name>_windows``,
+    ``<name>_invalid_actions``) and the AD transcripts' path."""
     z = config.sizes()
-    lang = HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
-    path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
-    s.say(
-        f"language model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
-        f"{config.sft.steps} steps"
-    )
-    sft = await sft_stage(
-        s, "lm-model", config.sft, model=fresh_model(config), train_path=path, seed=config.seed
-    )
-    sampler = await s.sampler(sft.final.sampler_path)
-    lm, invalid = await evaluate_language_in_context(
-        sampler, config.renderer(), family, seeds, z["eval_episodes"], window=z["window"], seed=config.seed
-    )
-    figures = {"lm_windows": float(len(lang)), "lm_invalid_actions": float(invalid)}
-    return {"lm": lm}, figures, str(path)
+    kinds: dict[str, Episodes] = {"lm": "all"} if config.skip_ed else {"lm": "all", "lm_ed": "final"}
+    curves: dict[str, Curve] = {}
+    figures: dict[str, float] = {}
+    paths: dict[str, str] = {}
+    for name, episodes in kinds.items():
+        lang = HistoryDataset(
+            histories, window=z["window"], stride=z["stride"], episodes=episodes,
+            final_episodes=z["final_episodes"], fmt="language", family=family,
+        )  # fmt: skip
+        stem = name.replace("_", "-")
+        path = write_chat_jsonl(lang, s.run_dir / "language" / f"{'train' if name == 'lm' else stem}.jsonl")
+        s.say(
+            f"{name} model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
+            f"{config.sft.steps} steps -> {s.run_dir / (stem + '-model')}"
+        )
+        sft = await sft_stage(
+            s, f"{stem}-model", config.sft, model=fresh_model(config), train_path=path, seed=config.seed
+        )
+        sampler = await s.sampler(sft.final.sampler_path)
+        curves[name], invalid = await evaluate_language_in_context(
+            sampler,
+            config.renderer(),
+            family,
+            seeds,
+            z["eval_episodes"],
+            window=z["window"],
+            seed=config.seed,
+        )
+        figures |= {f"{name}_windows": float(len(lang)), f"{name}_invalid_actions": float(invalid)}
+        paths[name] = str(path)
+    return curves, figures, paths["lm"]
