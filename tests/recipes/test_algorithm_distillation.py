@@ -76,3 +76,30 @@ def test_xy_states_need_a_grid_task() -> None:
     message = r"--state-embedding xy needs a grid task \(darkroom\), but --task is bandit"
     with pytest.raises(ValueError, match=message):
         AlgorithmDistillationRecipe(task="bandit", state_embedding="xy", out="/nonexistent")
+
+
+def test_recipe_expert_ed_data_tiny_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "bandit",
+         "--ed-data", "expert", "--n-tasks", "4", "--n-episodes", "30", "--window", "10", "--stride", "10",
+         "--final-episodes", "10", "--eval-tasks", "2", "--eval-episodes", "5", "--steps", "2",
+         "--batch-size", "4", "--d-model", "16", "--n-layers", "1", "--device", "cpu", "--no-progress",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    expert = read_histories(out / "expert-histories")
+    assert expert.n_tasks == 4
+    assert (expert.logprob_R == 0).all()  # the oracle, not Thompson sampling
+    assert summary["ed_windows"] == 4 * 3  # every window of the expert's 30 pulls, not the last 10
+    assert summary["ad_windows"] == 4 * 3
+    assert "ed_regret" in summary
+
+
+def test_expert_ed_data_is_for_bandits_only() -> None:
+    from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
+
+    with pytest.raises(ValueError, match="--ed-data expert has an expert for the bandit task only"):
+        AlgorithmDistillationRecipe(task="darkroom", ed_data="expert", out="/nonexistent")

@@ -60,7 +60,7 @@ from tempering.ad import (
     write_curves,
     write_histories,
 )
-from tempering.ad.dataset import Episodes
+from tempering.ad.dataset import Format
 from tempering.ad.evaluate import Curve
 from tempering.ad.language import evaluate_language_in_context
 from tempering.ad.model import Tokens
@@ -148,6 +148,12 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Feed the acting learner's log-probabilities to the model (``ADModelConfig.feed_logprobs``)."""
     skip_ed: bool = False
     """Leave the expert distillation baseline out."""
+    ed_data: Literal["final", "expert"] = "final"
+    """Expert distillation's data. ``final``: the windows inside each training task's last
+    ``--final-episodes`` episodes of the source learner's history (the learner once it has
+    learned). ``expert`` (bandit only): the histories of an expert that knows the task's arm
+    probabilities and pulls the best arm every time (``BanditFamily(source="oracle")``), on the
+    same training tasks and episodes, written to ``<out>/expert-histories``, all their windows."""
     device: str | None = None
     """``cpu`` or ``cuda``; default: the local engine's choice."""
     sft: SFTStage = stage_field(
@@ -160,6 +166,11 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     NAME: ClassVar[str] = "algorithm-distillation"
 
     def validate(self) -> None:
+        if self.ed_data == "expert" and self.task != "bandit":
+            raise ValueError(
+                f"AlgorithmDistillationRecipe: --ed-data expert has an expert for the bandit task only, "
+                f"but --task is {self.task}; use --ed-data final"
+            )
         if self.state_embedding == "xy" and self.task != "darkroom":
             raise ValueError(
                 f"AlgorithmDistillationRecipe: --state-embedding xy needs a grid task (darkroom), but "
@@ -212,9 +223,7 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     )  # fmt: skip
     datasets = {"ad": ad_data}
     if not config.skip_ed:
-        datasets["ed"] = HistoryDataset(
-            histories, window=window, stride=z["stride"], episodes="final", final_episodes=z["final_episodes"]
-        )
+        datasets["ed"] = _ed_windows(config, s, family, histories)
     curves: dict[str, Curve] = {}
     for name, data in datasets.items():
         s.say(
@@ -233,6 +242,33 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
         curves[name] = evaluate_in_context(model, family, seeds, z["eval_episodes"], seed=config.seed)
         figures[f"{name}_windows"] = float(len(data))
     return _finish(config, s, family, seeds, curves, figures, extra)
+
+
+def _ed_windows(
+    config: AlgorithmDistillationRecipe,
+    s: RecipeSession,
+    family: InContextTaskFamily,
+    histories: LearningHistories,
+    fmt: Format = "rl",
+) -> HistoryDataset:
+    """Expert distillation's windows (``--ed-data``): the last ``--final-episodes`` episodes of
+    each task's history, or every window of the expert's histories on the same training tasks."""
+    z = config.sizes()
+    if config.ed_data == "final":
+        return HistoryDataset(
+            histories, window=z["window"], stride=z["stride"], episodes="final",
+            final_episodes=z["final_episodes"], fmt=fmt, family=family,
+        )  # fmt: skip
+    assert isinstance(family, BanditFamily)  # validate() allows --ed-data expert for bandits only
+    expert_dir = s.run_dir / "expert-histories"
+    s.say(f"expert histories (the best arm every pull), {z['n_tasks']} tasks -> {expert_dir}")
+    expert = read_histories(
+        write_histories(
+            attrs.evolve(family, source="oracle"), expert_dir, n_tasks=z["n_tasks"],
+            n_episodes=z["n_episodes"], seed=config.seed,
+        )
+    )  # fmt: skip
+    return HistoryDataset(expert, window=z["window"], stride=z["stride"], fmt=fmt, family=family)
 
 
 def _grid_width(config: AlgorithmDistillationRecipe, family: InContextTaskFamily) -> int:
@@ -284,15 +320,15 @@ async def _language(
     Returns the ``lm`` (and ``lm_ed``) curves, their figures (``<name>_windows``,
     ``<name>_invalid_actions``) and the AD transcripts' path."""
     z = config.sizes()
-    kinds: dict[str, Episodes] = {"lm": "all"} if config.skip_ed else {"lm": "all", "lm_ed": "final"}
+    datasets = {
+        "lm": HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
+    }
+    if not config.skip_ed:
+        datasets["lm_ed"] = _ed_windows(config, s, family, histories, fmt="language")
     curves: dict[str, Curve] = {}
     figures: dict[str, float] = {}
     paths: dict[str, str] = {}
-    for name, episodes in kinds.items():
-        lang = HistoryDataset(
-            histories, window=z["window"], stride=z["stride"], episodes=episodes,
-            final_episodes=z["final_episodes"], fmt="language", family=family,
-        )  # fmt: skip
+    for name, lang in datasets.items():
         stem = name.replace("_", "-")
         path = write_chat_jsonl(lang, s.run_dir / "language" / f"{'train' if name == 'lm' else stem}.jsonl")
         s.say(
