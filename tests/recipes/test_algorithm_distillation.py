@@ -103,3 +103,18 @@ def test_expert_ed_data_is_for_bandits_only() -> None:
 
     with pytest.raises(ValueError, match="--ed-data expert has an expert for the bandit task only"):
         AlgorithmDistillationRecipe(task="darkroom", ed_data="expert", out="/nonexistent")
+
+
+def test_language_window_longer_than_the_models_context_fails_before_training(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "bandit",
+         "--format", "language", "--n-tasks", "2", "--n-episodes", "40", "--window", "40",
+         "--final-episodes", "40", "--sft-steps", "1", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    # 40 bandit transitions are 2589 byte-level tokens; the tiny model's context is 2048
+    assert "a window of 40 transitions is" in proc.stderr
+    assert "longer than its context of 2048 tokens; lower --window (about 31 transitions fit)" in proc.stderr
+    assert not (out / "lm-model").exists()

@@ -62,8 +62,9 @@ from tempering.ad import (
 )
 from tempering.ad.dataset import Format
 from tempering.ad.evaluate import Curve
-from tempering.ad.language import evaluate_language_in_context
+from tempering.ad.language import check_transcripts_fit, evaluate_language_in_context
 from tempering.ad.model import Tokens
+from tempering.backend import load_tokenizer
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage, stage_field
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
@@ -325,6 +326,10 @@ async def _language(
     }
     if not config.skip_ed:
         datasets["lm_ed"] = _ed_windows(config, s, family, histories, fmt="language")
+    context = getattr(load_tokenizer(config.base_model), "model_max_length", None)
+    if isinstance(context, int) and context < 1 << 24:  # tokenizers without a length give a huge one
+        for lang in datasets.values():
+            check_transcripts_fit(lang, config.renderer(), context, model=config.base_model)
     curves: dict[str, Curve] = {}
     figures: dict[str, float] = {}
     paths: dict[str, str] = {}
