@@ -7,7 +7,8 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
    ``<out>/histories`` (:mod:`tempering.ad.histories`).
 2. Data: cross-episode windows of ``--window`` transitions (:class:`~tempering.ad.HistoryDataset`);
    algorithm distillation (AD) trains on windows from the whole history, expert distillation
-   (ED) on windows inside each task's last ``--final-episodes`` episodes only.
+   (ED) on windows inside each task's last ``--final-episodes`` episodes only, or with
+   ``--ed-data expert`` (bandit) on an expert's histories (the best arm every pull).
 3. Models (``--format rl``): the RL-format transformer, trained into ``<out>/ad-model`` and
    ``<out>/ed-model`` (run directories; ``tempering view <out>`` shows their losses).
    ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``
@@ -316,8 +317,8 @@ async def _language(
     seeds: list[int],
 ) -> tuple[dict[str, Curve], dict[str, float], str]:
     """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
-    then the same in-context evaluation by sampling; and the same for expert distillation (the
-    windows of each task's last ``--final-episodes`` episodes, ``lm_ed``) unless ``--skip-ed``.
+    then the same in-context evaluation by sampling; and the same for expert distillation on its
+    windows (``--ed-data``; ``lm_ed``) unless ``--skip-ed``.
     Returns the ``lm`` (and ``lm_ed``) curves, their figures (``<name>_windows``,
     ``<name>_invalid_actions``) and the AD transcripts' path."""
     z = config.sizes()
