@@ -1,6 +1,6 @@
 """Probe a language-format bandit model of ``tempering recipe algorithm-distillation --task
 bandit --format language``: its probability of each reply ``arm k`` after hand-made contexts
-(one arm pulled 29 times and always paid, or never; arms cycled with one paid or all but one;
+(one arm pulled ``--pulls`` times and always paid, or never; arms cycled with one paid or all but one;
 no context). A model that learned in context answers them differently; one that did not gives
 the same distribution after each.
 
@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="the recipe's run directory")
     parser.add_argument("--model", default="lm-model", help="lm-model or lm-ed-model")
     parser.add_argument("--base-model", default="tempering/tiny")
+    parser.add_argument("--pulls", type=int, default=29, help="pulls in each context (the window - 1)")
     args = parser.parse_args()
     rows = (args.run / args.model / "checkpoints.jsonl").read_text().splitlines()
     path = json.loads(rows[-1])["sampler_path"]
@@ -52,10 +53,11 @@ def main() -> None:
         p = np.exp(np.asarray(logps))
         return p / p.sum(), float(p.sum())
 
-    cycled = [i % 5 for i in range(29)]
+    n = args.pulls
+    cycled = [i % 5 for i in range(n)]
     contexts = {
-        "arm 2 pulled 29 times, always paid": ([2] * 29, [1.0] * 29),
-        "arm 2 pulled 29 times, never paid": ([2] * 29, [0.0] * 29),
+        f"arm 2 pulled {n} times, always paid": ([2] * n, [1.0] * n),
+        f"arm 2 pulled {n} times, never paid": ([2] * n, [0.0] * n),
         "arms 0-4 in turn, only arm 3 paid": (cycled, [float(a == 3) for a in cycled]),
         "arms 0-4 in turn, all but arm 3 paid": (cycled, [float(a != 3) for a in cycled]),
         "no context": ([], []),
