@@ -318,3 +318,16 @@ def test_model_config_names_bad_options() -> None:
         ADModelConfig(n_states=3, n_actions=4, context=8, tokens="sars")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="label_smoothing and dropout must be in"):
         ADModelConfig(n_states=3, n_actions=4, context=8, label_smoothing=1.0)
+
+
+def test_the_bandit_oracle_pulls_the_best_arm_and_has_no_regret(tmp_path: Path) -> None:
+    oracle = BanditFamily(source="oracle")
+    histories = read_histories(write_histories(oracle, tmp_path / "h", n_tasks=3, n_episodes=20, seed=0))
+    for n in range(3):
+        rows = slice(int(histories.starts_N1[n]), int(histories.starts_N1[n + 1]))
+        best = int(oracle.task(n, False).probs_K.argmax())  # task seeds 0, 1, 2 (seed 0)
+        assert (histories.action_R[rows] == best).all()
+        assert (histories.logprob_R[rows] == 0).all()
+    assert (cumulative_regret(oracle, range(6), source_curve(oracle, range(6), 20)) == 0).all()
+    with pytest.raises(TypeError, match=r"source='oracle'\): needs a BanditTask, got DarkRoomTask"):
+        oracle.learner(DarkRoomFamily().task(0, False), 0)

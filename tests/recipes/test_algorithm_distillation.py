@@ -44,8 +44,8 @@ def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "guess-number",
-         "--format", "language", "--n-tasks", "4", "--sft-steps", "3", "--eval-tasks", "2",
-         "--eval-episodes", "2", "--no-progress", "--out", str(out)],
+         "--format", "language", "--n-tasks", "4", "--sft-steps", "3", "--sft.batch-size", "4",
+         "--eval-tasks", "2", "--eval-episodes", "2", "--no-progress", "--out", str(out)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -55,11 +55,18 @@ def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
     first = json.loads(rows[0])["messages"]
     assert first[1] == {"role": "user", "content": "Episode starts. start"}
     assert len(RunDir(out / "lm-model").read_metrics()) == 3
+    # expert distillation in text: the windows of each task's last 4 episodes (one window each)
+    ed_rows = [json.loads(r)["messages"] for r in (out / "language" / "lm-ed.jsonl").read_text().splitlines()]
+    assert len(ed_rows) == summary["lm_ed_windows"] == 4
+    assert all(m in [json.loads(r)["messages"] for r in rows] for m in ed_rows)  # AD's last windows
+    assert len(RunDir(out / "lm-ed-model").read_metrics()) == 3
     # 2 tasks x 2 episodes x 6 guesses, each a reply parsed to a guess or counted invalid
     assert 0 <= summary["lm_invalid_actions"] <= 24
-    assert {"return/lm", "return/source", "return/random"} <= set(
+    assert 0 <= summary["lm_ed_invalid_actions"] <= 24
+    assert {"return/lm", "return/lm_ed", "return/source", "return/random"} <= set(
         RunDir(out / "in-context").read_metrics()[0]
     )
+    assert {"lm_regret", "lm_ed_regret", "source_regret", "random_regret"} <= set(summary)
     assert summary["source_last_return"] == 6  # the scripted learner remembers the number
 
 
@@ -69,3 +76,45 @@ def test_xy_states_need_a_grid_task() -> None:
     message = r"--state-embedding xy needs a grid task \(darkroom\), but --task is bandit"
     with pytest.raises(ValueError, match=message):
         AlgorithmDistillationRecipe(task="bandit", state_embedding="xy", out="/nonexistent")
+
+
+def test_recipe_expert_ed_data_tiny_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "bandit",
+         "--ed-data", "expert", "--n-tasks", "4", "--n-episodes", "30", "--window", "10", "--stride", "10",
+         "--final-episodes", "10", "--eval-tasks", "2", "--eval-episodes", "5", "--steps", "2",
+         "--batch-size", "4", "--d-model", "16", "--n-layers", "1", "--device", "cpu", "--no-progress",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    expert = read_histories(out / "expert-histories")
+    assert expert.n_tasks == 4
+    assert (expert.logprob_R == 0).all()  # the oracle, not Thompson sampling
+    assert summary["ed_windows"] == 4 * 3  # every window of the expert's 30 pulls, not the last 10
+    assert summary["ad_windows"] == 4 * 3
+    assert "ed_regret" in summary
+
+
+def test_expert_ed_data_is_for_bandits_only() -> None:
+    from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
+
+    with pytest.raises(ValueError, match="--ed-data expert has an expert for the bandit task only"):
+        AlgorithmDistillationRecipe(task="darkroom", ed_data="expert", out="/nonexistent")
+
+
+def test_language_window_longer_than_the_models_context_fails_before_training(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "bandit",
+         "--format", "language", "--n-tasks", "2", "--n-episodes", "40", "--window", "40",
+         "--final-episodes", "40", "--sft-steps", "1", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    # 40 bandit transitions are 2589 byte-level tokens; the tiny model's context is 2048
+    assert "a window of 40 transitions is" in proc.stderr
+    assert "longer than its context of 2048 tokens; lower --window (about 31 transitions fit)" in proc.stderr
+    assert not (out / "lm-model").exists()

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 import numpy as np
 import tinker
 
-from tempering.ad.dataset import transcript
+from tempering.ad.dataset import HistoryDataset, WindowTooLongError, transcript
 from tempering.ad.evaluate import Curve, task_value
 from tempering_protocols import InContextTaskFamily, Renderer, SamplingClient
 
-__all__ = ["evaluate_language_in_context", "parse_action"]
+__all__ = ["check_transcripts_fit", "evaluate_language_in_context", "parse_action"]
 
 
 def parse_action(family: InContextTaskFamily, text: str) -> int | None:
@@ -36,6 +36,36 @@ def parse_action(family: InContextTaskFamily, text: str) -> int | None:
         if family.describe_action(a) == wanted:
             return a
     return None
+
+
+def check_transcripts_fit(
+    dataset: HistoryDataset,
+    renderer: Renderer,
+    context: int,
+    *,
+    max_tokens: int = 8,
+    model: str = "the model",
+) -> int:
+    """The tokens of ``dataset``'s longest transcript (by characters) through ``renderer``, plus
+    ``max_tokens`` for a reply; :class:`WindowTooLongError` when that exceeds ``context``, before
+    any training: the same window is the evaluation's context.
+
+    Example::
+
+        check_transcripts_fit(HistoryDataset(h, window=30, fmt="language", family=f), renderer, 2048)
+    """
+    if len(dataset) == 0:
+        return 0
+    longest = max(range(len(dataset)), key=lambda i: sum(len(str(m["content"])) for m in dataset.messages(i)))
+    n = renderer.build_generation_prompt(dataset.messages(longest)).length + max_tokens
+    if n > context:
+        fit = max(1, dataset.window * context // n)
+        raise WindowTooLongError(
+            f"a window of {dataset.window} transitions is {n} tokens as a transcript of {model} "
+            f"(window {longest}, with {max_tokens} for the reply), longer than its context of {context} "
+            f"tokens; lower --window (about {fit} transitions fit) or use a model with a longer context"
+        )
+    return n
 
 
 async def evaluate_language_in_context(

@@ -39,7 +39,7 @@ __all__ = [
     "GuessNumberTask",
 ]
 
-BanditSource = Literal["thompson", "ucb", "epsilon-greedy"]
+BanditSource = Literal["thompson", "ucb", "epsilon-greedy", "oracle"]
 
 
 def _rng(*seeds: int) -> np.random.Generator:
@@ -106,6 +106,19 @@ class _BanditLearner:
         self.wins_K[action] += reward
 
 
+class _BanditOracle:
+    """The expert: always the arm of highest probability (log-probability 0); learns nothing."""
+
+    def __init__(self, best: int) -> None:
+        self.best = best
+
+    def act(self, state: int, /) -> tuple[int, float]:
+        return self.best, 0.0
+
+    def update(self, state: int, action: int, reward: float, next_state: int, done: bool, /) -> None:
+        pass
+
+
 @attrs.frozen(kw_only=True)
 class BanditFamily:
     """Bernoulli bandits with ``n_arms`` arms (one pull per episode); see the module docstring.
@@ -147,6 +160,12 @@ class BanditFamily:
         return BanditTask(rng.random(self.n_arms), rng)
 
     def learner(self, task: InContextTask, seed: int, /) -> SourceLearner:
+        if self.source == "oracle":
+            if not isinstance(task, BanditTask):
+                raise TypeError(
+                    f"BanditFamily(source='oracle'): needs a BanditTask, got {type(task).__name__}"
+                )
+            return _BanditOracle(int(task.probs_K.argmax()))
         return _BanditLearner(self.n_arms, self.source, self.epsilon, _rng(seed, 12))
 
     def describe_state(self, state: int, /) -> str:

@@ -7,16 +7,19 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
    ``<out>/histories`` (:mod:`tempering.ad.histories`).
 2. Data: cross-episode windows of ``--window`` transitions (:class:`~tempering.ad.HistoryDataset`);
    algorithm distillation (AD) trains on windows from the whole history, expert distillation
-   (ED) on windows inside each task's last ``--final-episodes`` episodes only.
+   (ED) on windows inside each task's last ``--final-episodes`` episodes only, or with
+   ``--ed-data expert`` (bandit) on an expert's histories (the best arm every pull).
 3. Models (``--format rl``): the RL-format transformer, trained into ``<out>/ad-model`` and
    ``<out>/ed-model`` (run directories; ``tempering view <out>`` shows their losses).
    ``--format language``: the same windows as chat transcripts in ``<out>/language/train.jsonl``
    (``{"messages": [...]}`` rows, ``tempering sft``'s input), and ``--base-model`` fine-tuned on
-   them (``--sft.*``, every assistant message trained) into ``<out>/lm-model``.
+   them (``--sft.*``, every assistant message trained) into ``<out>/lm-model``; expert
+   distillation's windows likewise (``<out>/language/lm-ed.jsonl``, ``<out>/lm-ed-model``).
 4. In-context evaluation: ``--eval-tasks`` held-out tasks, ``--eval-episodes``
    episodes, weights frozen, the context carried across episodes; AD, ED, the source learner's
-   own curve and a random policy (the language model ``lm``, sampled, in place of AD and ED
-   with ``--format language``; ``lm_invalid_actions`` counts replies that named no action).
+   own curve and a random policy (the language models ``lm`` and ``lm_ed``, sampled, in place of
+   AD and ED with ``--format language``; ``lm_invalid_actions`` and ``lm_ed_invalid_actions``
+   count replies that named no action).
    ``<out>/in-context`` holds the curves (``return/<name>``
    against the episode), which ``tempering view <out>`` draws.
 
@@ -58,9 +61,11 @@ from tempering.ad import (
     write_curves,
     write_histories,
 )
+from tempering.ad.dataset import Format
 from tempering.ad.evaluate import Curve
-from tempering.ad.language import evaluate_language_in_context
+from tempering.ad.language import check_transcripts_fit, evaluate_language_in_context
 from tempering.ad.model import Tokens
+from tempering.backend import load_tokenizer
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
 from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage, stage_field
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
@@ -145,6 +150,12 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     """Feed the acting learner's log-probabilities to the model (``ADModelConfig.feed_logprobs``)."""
     skip_ed: bool = False
     """Leave the expert distillation baseline out."""
+    ed_data: Literal["final", "expert"] = "final"
+    """Expert distillation's data. ``final``: the windows inside each training task's last
+    ``--final-episodes`` episodes of the source learner's history (the learner once it has
+    learned). ``expert`` (bandit only): the histories of an expert that knows the task's arm
+    probabilities and pulls the best arm every time (``BanditFamily(source="oracle")``), on the
+    same training tasks and episodes, written to ``<out>/expert-histories``, all their windows."""
     device: str | None = None
     """``cpu`` or ``cuda``; default: the local engine's choice."""
     sft: SFTStage = stage_field(
@@ -157,6 +168,11 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     NAME: ClassVar[str] = "algorithm-distillation"
 
     def validate(self) -> None:
+        if self.ed_data == "expert" and self.task != "bandit":
+            raise ValueError(
+                f"AlgorithmDistillationRecipe: --ed-data expert has an expert for the bandit task only, "
+                f"but --task is {self.task}; use --ed-data final"
+            )
         if self.state_embedding == "xy" and self.task != "darkroom":
             raise ValueError(
                 f"AlgorithmDistillationRecipe: --state-embedding xy needs a grid task (darkroom), but "
@@ -209,9 +225,7 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
     )  # fmt: skip
     datasets = {"ad": ad_data}
     if not config.skip_ed:
-        datasets["ed"] = HistoryDataset(
-            histories, window=window, stride=z["stride"], episodes="final", final_episodes=z["final_episodes"]
-        )
+        datasets["ed"] = _ed_windows(config, s, family, histories)
     curves: dict[str, Curve] = {}
     for name, data in datasets.items():
         s.say(
@@ -230,6 +244,33 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
         curves[name] = evaluate_in_context(model, family, seeds, z["eval_episodes"], seed=config.seed)
         figures[f"{name}_windows"] = float(len(data))
     return _finish(config, s, family, seeds, curves, figures, extra)
+
+
+def _ed_windows(
+    config: AlgorithmDistillationRecipe,
+    s: RecipeSession,
+    family: InContextTaskFamily,
+    histories: LearningHistories,
+    fmt: Format = "rl",
+) -> HistoryDataset:
+    """Expert distillation's windows (``--ed-data``): the last ``--final-episodes`` episodes of
+    each task's history, or every window of the expert's histories on the same training tasks."""
+    z = config.sizes()
+    if config.ed_data == "final":
+        return HistoryDataset(
+            histories, window=z["window"], stride=z["stride"], episodes="final",
+            final_episodes=z["final_episodes"], fmt=fmt, family=family,
+        )  # fmt: skip
+    assert isinstance(family, BanditFamily)  # validate() allows --ed-data expert for bandits only
+    expert_dir = s.run_dir / "expert-histories"
+    s.say(f"expert histories (the best arm every pull), {z['n_tasks']} tasks -> {expert_dir}")
+    expert = read_histories(
+        write_histories(
+            attrs.evolve(family, source="oracle"), expert_dir, n_tasks=z["n_tasks"],
+            n_episodes=z["n_episodes"], seed=config.seed,
+        )
+    )  # fmt: skip
+    return HistoryDataset(expert, window=z["window"], stride=z["stride"], fmt=fmt, family=family)
 
 
 def _grid_width(config: AlgorithmDistillationRecipe, family: InContextTaskFamily) -> int:
@@ -276,21 +317,43 @@ async def _language(
     seeds: list[int],
 ) -> tuple[dict[str, Curve], dict[str, float], str]:
     """The language format: the windows as chat transcripts, SFT of ``--base-model`` on them,
-    then the same in-context evaluation by sampling; returns the ``lm`` curve, its figures
-    (``lm_windows``, ``lm_invalid_actions``) and the transcripts' path."""
+    then the same in-context evaluation by sampling; and the same for expert distillation on its
+    windows (``--ed-data``; ``lm_ed``) unless ``--skip-ed``.
+    Returns the ``lm`` (and ``lm_ed``) curves, their figures (``<name>_windows``,
+    ``<name>_invalid_actions``) and the AD transcripts' path."""
     z = config.sizes()
-    lang = HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
-    path = write_chat_jsonl(lang, s.run_dir / "language" / "train.jsonl")
-    s.say(
-        f"language model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
-        f"{config.sft.steps} steps"
-    )
-    sft = await sft_stage(
-        s, "lm-model", config.sft, model=fresh_model(config), train_path=path, seed=config.seed
-    )
-    sampler = await s.sampler(sft.final.sampler_path)
-    lm, invalid = await evaluate_language_in_context(
-        sampler, config.renderer(), family, seeds, z["eval_episodes"], window=z["window"], seed=config.seed
-    )
-    figures = {"lm_windows": float(len(lang)), "lm_invalid_actions": float(invalid)}
-    return {"lm": lm}, figures, str(path)
+    datasets = {
+        "lm": HistoryDataset(histories, window=z["window"], stride=z["stride"], fmt="language", family=family)
+    }
+    if not config.skip_ed:
+        datasets["lm_ed"] = _ed_windows(config, s, family, histories, fmt="language")
+    context = getattr(load_tokenizer(config.base_model), "model_max_length", None)
+    if isinstance(context, int) and context < 1 << 24:  # tokenizers without a length give a huge one
+        for lang in datasets.values():
+            check_transcripts_fit(lang, config.renderer(), context, model=config.base_model)
+    curves: dict[str, Curve] = {}
+    figures: dict[str, float] = {}
+    paths: dict[str, str] = {}
+    for name, lang in datasets.items():
+        stem = name.replace("_", "-")
+        path = write_chat_jsonl(lang, s.run_dir / "language" / f"{'train' if name == 'lm' else stem}.jsonl")
+        s.say(
+            f"{name} model: SFT of {config.base_model} on {len(lang)} transcripts ({path}), "
+            f"{config.sft.steps} steps -> {s.run_dir / (stem + '-model')}"
+        )
+        sft = await sft_stage(
+            s, f"{stem}-model", config.sft, model=fresh_model(config), train_path=path, seed=config.seed
+        )
+        sampler = await s.sampler(sft.final.sampler_path)
+        curves[name], invalid = await evaluate_language_in_context(
+            sampler,
+            config.renderer(),
+            family,
+            seeds,
+            z["eval_episodes"],
+            window=z["window"],
+            seed=config.seed,
+        )
+        figures |= {f"{name}_windows": float(len(lang)), f"{name}_invalid_actions": float(invalid)}
+        paths[name] = str(path)
+    return curves, figures, paths["lm"]
