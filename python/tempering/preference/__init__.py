@@ -6,18 +6,29 @@ Example::
     result = asyncio.run(DPOConfig(run=RunConfig(log_dir="runs/dpo"))())
 """
 
-from tempering.preference import reward_model
 from tempering.preference.data import ComparisonData, pair_datums, reference_input
 from tempering.preference.dpo import DPOConfig, DPOEvaluator, dpo_loss, reference_logprobs
-from tempering.preference.reward_model import *  # noqa: F403  (its __all__, re-exported below)
+from tempering.preference.reward_model import (
+    PreferenceAccuracyEvaluator,
+    PreferenceModel,
+    RewardModelConfig,
+    VerdictDataset,
+    VerdictPreferenceModel,
+    comparison_prompt,
+)
 
 __all__ = [
     "ComparisonData",
     "DPOConfig",
     "DPOEvaluator",
+    "PreferenceAccuracyEvaluator",
+    "PreferenceModel",
+    "RewardModelConfig",
+    "VerdictDataset",
+    "VerdictPreferenceModel",
+    "comparison_prompt",
     "dpo_loss",
     "pair_datums",
     "reference_input",
     "reference_logprobs",
 ]
-__all__ += reward_model.__all__
