@@ -120,7 +120,8 @@ def test_sampling_from_the_engine_thread_does_not_deadlock(service: ServiceClien
 
     def inside() -> int:
         params = tinker.SamplingParams(max_tokens=3, stop=[], seed=0)
-        return len(sampler.sample(tinker.ModelInput.from_ints([40, 41]), 2, params).result(timeout=60).sequences)
+        response = sampler.sample(tinker.ModelInput.from_ints([40, 41]), 2, params).result(timeout=60)
+        return len(response.sequences)
 
     assert run_on_engine_thread(inside).result(timeout=120) == 2
     sampler.close()
