@@ -147,10 +147,6 @@ class EngineThread:
         with self._cond:
             return self._next_index() is not None
 
-    def idle(self) -> bool:
-        with self._cond:
-            return not self._entries and self._running == 0
-
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is queued or running (at interpreter exit, so that a save in
         progress finishes)."""
