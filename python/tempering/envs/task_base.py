@@ -1,7 +1,8 @@
 """What the shipped RL task builders (``RLDatasetBuilder`` configs) share.
 
 - :class:`PolicyTask`: the policy's model and chat format, which render the prompts.
-- :class:`HeldOutTask`: a problem task's batches and groups, and its held-out test set (one
+- :class:`BatchedTask`: a problem task's batches and groups, for its dataset.
+- :class:`HeldOutTask`: those, and the task's held-out test set (one
   batch, ``test_group_size`` replies a problem, sampled with ``seed + 1``).
 
 Their fields are flags on the command line (``tempering rl dataset:NAME --dataset.FIELD``, or a
@@ -29,7 +30,7 @@ from tempering.envs.problem import held_out
 from tempering.model_info import TINY_MODEL
 from tempering_protocols import Renderer
 
-__all__ = ["Batching", "HeldOutTask", "PolicyTask"]
+__all__ = ["BatchedTask", "Batching", "HeldOutTask", "PolicyTask"]
 
 D = TypeVar("D", bound=attrs.AttrsInstance)
 
@@ -58,7 +59,7 @@ class PolicyTask:
 
 class Batching(TypedDict):
     """The batch settings a problem dataset (:class:`~tempering.envs.problem.SeededBatches`)
-    takes from its task (:meth:`HeldOutTask.batching`)."""
+    takes from its task (:meth:`BatchedTask.batching`)."""
 
     batch_size: int
     group_size: int
@@ -67,15 +68,13 @@ class Batching(TypedDict):
 
 
 @attrs.frozen(kw_only=True)
-class HeldOutTask(PolicyTask):
-    """A problem task's training batches and its held-out test set."""
+class BatchedTask(PolicyTask):
+    """A problem task's training batches, as its dataset takes them (:meth:`batching`)."""
 
     batch_size: int = 16
     """Problems per training batch."""
     group_size: int = 8
     """Replies sampled per training problem (one group)."""
-    test_group_size: int = 4
-    """Replies sampled per held-out problem."""
     n_batches: int | None = None
     """Training batches (default: one pass over the training problems)."""
     seed: int = 0
@@ -87,6 +86,14 @@ class HeldOutTask(PolicyTask):
         return Batching(
             batch_size=self.batch_size, group_size=self.group_size, seed=self.seed, n_batches=self.n_batches
         )
+
+
+@attrs.frozen(kw_only=True)
+class HeldOutTask(BatchedTask):
+    """A problem task's training batches and its held-out test set."""
+
+    test_group_size: int = 4
+    """Replies sampled per held-out problem."""
 
     def with_test(self, train: D, test: Sequence[Any] | None) -> tuple[D, D | None]:
         """``(train, test set)``: ``train``'s settings over the ``test`` problems in one batch,

@@ -26,7 +26,7 @@ from tempering.envs.problem import (
     first_number_match,
     lowercase_fraction,
 )
-from tempering.envs.task_base import HeldOutTask, PolicyTask
+from tempering.envs.task_base import BatchedTask, HeldOutTask
 from tempering_protocols import RLDataset
 
 __all__ = ["ArithmeticTask", "ChatProblems", "LowercaseTask"]
@@ -35,50 +35,30 @@ _LOWERCASE_PROMPTS = ("Reply in lowercase.", "Say a word.", "Write letters.", "A
 
 
 @attrs.frozen(kw_only=True)
-class LowercaseTask(PolicyTask):
+class LowercaseTask(BatchedTask):
     """``batch_size`` prompts × ``group_size`` samples, rewarded by the fraction of lowercase
     letters in the reply; the test set is the same prompts (``n_test_batches`` batches)."""
 
     batch_size: int = 4
     """Prompts per training batch."""
-    group_size: int = 8
-    """Replies sampled per prompt (one group)."""
     n_batches: int = 1000
     """Training batches."""
     n_test_batches: int = 1
     """Test batches (the same prompts, sampled with seed + 1)."""
-    seed: int = 0
-    """Seeds the batch order."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         problems = [Problem(q, "") for q in _LOWERCASE_PROMPTS]
         train = ProblemDataset(
-            problems,
-            self.renderer(),
-            lowercase_fraction,
-            batch_size=self.batch_size,
-            group_size=self.group_size,
-            seed=self.seed,
-            n_batches=self.n_batches,
-            tag="lowercase",
-            format_coef=0.0,
+            problems, self.renderer(), lowercase_fraction, **self.batching(), tag="lowercase", format_coef=0.0
         )
         return train, attrs.evolve(train, n_batches=self.n_test_batches, seed=self.seed + 1)
 
 
 @attrs.frozen(kw_only=True)
-class ArithmeticTask(PolicyTask):
+class ArithmeticTask(BatchedTask):
     """The shipped arithmetic questions (``tempering.assets``): first user turn → reference
-    answer, graded by :func:`first_number_match`; the held-out file is the test set."""
-
-    batch_size: int = 16
-    """Questions per training batch."""
-    group_size: int = 8
-    """Replies sampled per question (one group; the test set's too)."""
-    n_batches: int | None = None
-    """Training batches (default: one pass over the questions)."""
-    seed: int = 0
-    """Seeds the batch order; the test set samples with seed + 1."""
+    answer, graded by :func:`first_number_match`; the held-out file is the test set, in one
+    batch of ``group_size`` replies a question."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         test_items = chat_problems("tempering-assets:arithmetic_chat_test.jsonl")
@@ -86,10 +66,7 @@ class ArithmeticTask(PolicyTask):
             chat_problems("tempering-assets:arithmetic_chat.jsonl"),
             self.renderer(),
             first_number_match,
-            batch_size=self.batch_size,
-            group_size=self.group_size,
-            seed=self.seed,
-            n_batches=self.n_batches,
+            **self.batching(),
             tag="arithmetic",
         )
         return train, attrs.evolve(train, problems=test_items, n_batches=1, seed=self.seed + 1)
