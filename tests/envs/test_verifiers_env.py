@@ -216,7 +216,7 @@ def test_bad_names_and_arguments_are_named() -> None:
         load_verifiers_env("no-such-env")
     with pytest.raises(ValueError, match=r"not JSON .* give a JSON object"):
         asyncio.run(_task("vf-test-single", env_args="{n: 2")())  # type: ignore[operator]
-    with pytest.raises(ValueError, match=r"must be a JSON object"):
+    with pytest.raises(ValueError, match=r"'\[2\]' is not a JSON object but a list; give a JSON object"):
         asyncio.run(_task("vf-test-single", env_args="[2]")())  # type: ignore[operator]
     with pytest.raises(ValueError, match=r"'vf-test-single' failed to load .*unexpected keyword"):
         load_verifiers_env("vf-test-single", {"bogus": 1})

@@ -168,6 +168,18 @@ def test_a_corrupt_config_json_names_the_file_and_line(tmp_path: Path) -> None:
     assert run.read_metrics() == [{"step": 0, "loss": 1.0}]
 
 
+def test_a_config_json_that_is_not_an_object_names_the_file_and_the_remedy(tmp_path: Path) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_bytes(_row("a"))
+    run = _started_run(tmp_path, data)
+    run.config_path.write_text("[1, 2]\n")
+    with pytest.raises(RunDirCorruptError) as exc:
+        RunDir.open(tmp_path / "run", _Config(str(data)))
+    assert str(exc.value).startswith(
+        f"{run.config_path}:1: not a JSON object but a list; the run's config is corrupt (restore it"
+    )
+
+
 def test_a_corrupt_checkpoint_index_line_names_the_file_and_line(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"
     data.write_bytes(_row("a"))

@@ -8,17 +8,30 @@ character where the limit was passed; callers add the file and line, or answer 4
 The check costs one C-level count per text; the exact scan runs only when the text holds more
 brackets than the limit.
 
+:func:`loads_object` reads text that must be one JSON object (a config, a record, keyword
+arguments) and says why it is not in :class:`NotJSONObjectError`; callers add where the text
+came from and what to do.
+
 Example::
 
     loads_bounded('{"a": [1, 2]}')            # {'a': [1, 2]}
     loads_bounded("[" * 1000 + "]" * 1000)    # JSONNestingError: nested deeper than 64 ...
+    loads_object("[1]")                       # NotJSONObjectError: not a JSON object but a list
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
-__all__ = ["MAX_JSON_DEPTH", "JSONNestingError", "loads_bounded", "nesting_error"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "JSONNestingError",
+    "NotJSONObjectError",
+    "loads_bounded",
+    "loads_object",
+    "nesting_error",
+]
 
 MAX_JSON_DEPTH = 64
 """How deep arrays and objects may nest in a data row or request body (a chat row needs 5)."""
@@ -75,3 +88,34 @@ def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> object:
     if error is not None:
         raise error
     return json.loads(text)
+
+
+_KINDS: dict[type, str] = {
+    list: "a list",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+}
+
+
+class NotJSONObjectError(ValueError):
+    """Text that is not one JSON object: malformed (``lineno``: the 1-based line of the error in
+    the text) or another JSON value (``lineno`` 1). The message says which, without the text's
+    origin."""
+
+    def __init__(self, message: str, lineno: int = 1) -> None:
+        super().__init__(message)
+        self.lineno = lineno
+
+
+def loads_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object, or :class:`NotJSONObjectError`: ``not valid JSON (Expecting
+    value at column 5)`` or ``not a JSON object but a list``."""
+    try:
+        value: object = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotJSONObjectError(f"not valid JSON ({exc.msg} at column {exc.colno})", exc.lineno) from None
+    if not isinstance(value, dict):
+        raise NotJSONObjectError(f"not a JSON object but {_KINDS.get(type(value), 'null')}")
+    return cast("dict[str, Any]", value)

@@ -52,6 +52,7 @@ from typing import Any, cast
 
 import tinker
 
+from tempering.data.jsontext import NotJSONObjectError, loads_object
 from tempering.tools import Tool, tool_prefix
 from tempering_protocols import Action, Message, Metrics, Observation, Renderer, StepResult, StopCondition
 from tempering_protocols.types import ToolCall
@@ -107,18 +108,12 @@ def import_verifiers() -> Any:
 def parse_env_args(text: str, env_name: str) -> dict[str, Any]:
     """``--verifiers-env-args``: a JSON object of keyword arguments for ``load_environment``."""
     try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError as exc:
+        return loads_object(text or "{}")
+    except NotJSONObjectError as exc:
         raise ValueError(
-            f"the arguments of verifiers env {env_name!r} are not JSON ({exc.msg} at character {exc.pos} of "
-            f"{text!r}); give a JSON object, e.g. '{{\"num_examples\": 10}}'"
-        ) from exc
-    if not isinstance(value, dict):
-        raise ValueError(
-            f"the arguments of verifiers env {env_name!r} must be a JSON object of keyword arguments, "
-            f"got {text!r}"
-        )
-    return cast(dict[str, Any], value)
+            f"the arguments of verifiers env {env_name!r} are not JSON keyword arguments: {text!r} is {exc}; "
+            "give a JSON object, e.g. '{\"num_examples\": 10}'"
+        ) from None
 
 
 _LOADED: dict[tuple[str, str], Any] = {}

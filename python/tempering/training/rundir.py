@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeAlias, cast
 
 import attrs
 
+from tempering.data.jsontext import NotJSONObjectError, loads_object
 from tempering.fs import DirLock, DirLockedError, naming, require_directory
 
 __all__ = [
@@ -103,15 +104,11 @@ def _parse_json(
     """``text`` (from ``path``, starting at line ``line``) as a JSON object, or
     :class:`RunDirCorruptError` naming the file and line."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        return loads_object(text)
+    except NotJSONObjectError as exc:
         raise RunDirCorruptError(
-            f"{path}:{line + exc.lineno - 1}: not valid JSON ({exc.msg} at column {exc.colno}); "
-            f"{damage} (restore it from a backup, or {_OVERWRITE})"
+            f"{path}:{line + exc.lineno - 1}: {exc}; {damage} (restore it from a backup, or {_OVERWRITE})"
         ) from None
-    if not isinstance(value, dict):
-        raise RunDirCorruptError(f"{path}:{line}: expected a JSON object, got {type(value).__name__}")
-    return cast("dict[str, Any]", value)
 
 
 def _write_atomic(path: Path, text: str) -> None:
