@@ -15,6 +15,7 @@ from tempering.backend import ModelConfig
 from tempering.training import (
     AdamConfig,
     CheckpointRecord,
+    FineTuningConfig,
     LRSchedule,
     ProgressBar,
     RunConfig,
@@ -74,6 +75,46 @@ def test_fine_tuning_trainers_default_to_one_adam() -> None:
     assert [expected.schedule.multiplier(s, 10) for s in (0, 1, 2, 6)] == pytest.approx(
         [1 / 3, 2 / 3, 1.0, 0.5]
     )
+
+
+def test_fine_tuning_configs_share_one_base(tmp_path: Path) -> None:
+    """SFT's, the reward model's, DPO's and top-K distillation's configs take run, model, Adam and
+    the run's length from FineTuningConfig; ``resolved(stage)`` fills an unset learning rate from
+    the model (lora or not) and keeps a given one; a config.json written with the fields in their
+    former order (``data`` before ``adam``) still resumes."""
+    from tempering.model_info import default_learning_rate
+    from tempering.preference import DPOConfig, RewardModelConfig
+    from tempering.sft.offpolicy import TopKDistillConfig
+    from tempering.sft.train import SFTConfig
+
+    shared = ["run", "model", "adam", "num_epochs", "max_steps"]
+    assert [f.name for f in attrs.fields(FineTuningConfig)] == shared
+    hub = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    for cls in (SFTConfig, RewardModelConfig, DPOConfig, TopKDistillConfig):
+        assert issubclass(cls, FineTuningConfig), cls.__name__
+        assert [f.name for f in attrs.fields(cls)][:5] == shared, cls.__name__
+        config = cls(run=RunConfig(log_dir="unused"), model=ModelConfig(base_model=hub, lora_rank=0))
+        resolved = config.resolved("sft")
+        assert type(resolved) is cls
+        assert resolved.adam.learning_rate == default_learning_rate(hub, "sft", lora=False)
+        assert resolved.adam.learning_rate != default_learning_rate(hub, "sft", lora=True)
+        assert attrs.evolve(resolved, adam=config.adam) == config
+    given = DPOConfig(run=RunConfig(log_dir="unused"), adam=AdamConfig(learning_rate=3e-6))
+    assert given.resolved("dpo") == given
+    assert DPOConfig(run=RunConfig(log_dir="unused")).resolved("dpo").adam.learning_rate == (
+        default_learning_rate("tempering/tiny", "dpo")
+    )
+
+    config = SFTConfig(run=RunConfig(log_dir=str(tmp_path / "sft")), max_steps=3)
+    run, _ = RunDir.open(config.run.log_dir, config, "refuse")
+    run.close()
+    written = json.loads(run.config_path.read_text())
+    former = ["__type__", "run", "model", "data", "adam", "num_epochs", "max_steps", "evals"]
+    assert list(written)[: len(former)] != former  # the order did change
+    reordered = {k: written[k] for k in former} | {k: v for k, v in written.items() if k not in former}
+    run.config_path.write_text(json.dumps(reordered, indent=2) + "\n")
+    _, resumed = RunDir.open(config.run.log_dir, config, "resume")
+    assert resumed
 
 
 def test_configs_pickle_and_serialize(tmp_path: Path) -> None:

@@ -36,12 +36,12 @@ import numpy.typing as npt
 import tinker
 import torch
 
-from tempering.backend import ModelConfig, ServiceClient
+from tempering.backend import ServiceClient
 from tempering.backends import require
 from tempering.evals.suite import EvalSuite
 from tempering.preference.data import ComparisonData, pair_datums, reference_input
 from tempering.renderers import get_renderer
-from tempering.training import AdamConfig, PendingStep, RunConfig, TrainingLoop, TrainResult, fine_tuning_adam
+from tempering.training import FineTuningConfig, PendingStep, TrainingLoop, TrainResult
 from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     ComparisonDataset,
@@ -162,24 +162,19 @@ class DPOEvaluator:
 
 
 @attrs.frozen(kw_only=True)
-class DPOConfig:
+class DPOConfig(FineTuningConfig):
     """A DPO run. Picklable; calling it (``await config()``) runs it. See the module docstring.
+    The settings besides ``data``, ``beta`` and ``evals`` are
+    :class:`~tempering.training.FineTuningConfig`'s; an epoch passes over the training pairs.
 
     Example::
 
         result = asyncio.run(DPOConfig(run=RunConfig(log_dir="runs/dpo"), beta=0.1, max_steps=30)())
     """
 
-    run: RunConfig
-    model: ModelConfig = attrs.field(factory=ModelConfig)
     data: ComparisonData = attrs.field(factory=ComparisonData)
-    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
     beta: float = 0.1
     """DPO's inverse temperature: how far the policy may move from the reference."""
-    num_epochs: int = 1
-    """Passes over the training pairs."""
-    max_steps: int | None = None
-    """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
     evals: EvalSuite = attrs.field(factory=EvalSuite)
     """Benchmarks run on the sampler weights with the held-out pairs (before the first step,
     every ``run.eval_every`` steps, after the last), e.g. ``--evals.benchmarks
@@ -209,10 +204,7 @@ def _all_pairs(dataset: ComparisonDataset) -> list[LabeledComparison]:
 
 
 async def _train_dpo(config: DPOConfig, service: ServiceClient | None) -> TrainResult:
-    model = config.model
-    config = attrs.evolve(
-        config, adam=config.adam.for_model(model.base_model, "dpo", lora=model.lora_rank > 0)
-    )
+    config = config.resolved("dpo")
     train, test = config.data()
     suite = config.evals.build(config.model, log_dir=config.run.log_dir)
     batches_per_epoch = len(train)

@@ -37,7 +37,7 @@ from tempering.data.datums import examples_to_datums
 from tempering.preference.data import ComparisonData
 from tempering.renderers import get_renderer, render_supervised_batch_sync
 from tempering.sft import train_supervised
-from tempering.training import AdamConfig, RunConfig, TrainResult, fine_tuning_adam
+from tempering.training import FineTuningConfig, TrainResult
 from tempering_protocols import (
     Comparison,
     LabeledComparison,
@@ -202,23 +202,18 @@ class PreferenceAccuracyEvaluator:
 
 
 @attrs.frozen(kw_only=True)
-class RewardModelConfig:
+class RewardModelConfig(FineTuningConfig):
     """A reward-model run: SFT on verdicts, evaluated by held-out preference accuracy.
-    Picklable; calling it (``await config()``) runs it.
+    Picklable; calling it (``await config()``) runs it. The settings besides ``data`` are
+    :class:`~tempering.training.FineTuningConfig`'s; an epoch passes over the training pairs,
+    each giving two verdict examples.
 
     Example::
 
         result = asyncio.run(RewardModelConfig(run=RunConfig(log_dir="runs/rm"), max_steps=40)())
     """
 
-    run: RunConfig
-    model: ModelConfig = attrs.field(factory=ModelConfig)
     data: ComparisonData = attrs.field(factory=ComparisonData)
-    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
-    num_epochs: int = 1
-    """Passes over the training pairs (each pair gives two verdict examples)."""
-    max_steps: int | None = None
-    """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
         tokenizer = self.model.tokenizer()
@@ -227,9 +222,8 @@ class RewardModelConfig:
         evaluators = (
             [] if test is None else [PreferenceAccuracyEvaluator(list(test.items), renderer, tokenizer)]
         )
-        lora = self.model.lora_rank > 0
         return await train_supervised(
-            attrs.evolve(self, adam=self.adam.for_model(self.model.base_model, "rm", lora=lora)),
+            self.resolved("rm"),
             run=self.run,
             model=self.model,
             adam=self.adam,

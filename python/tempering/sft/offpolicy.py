@@ -39,13 +39,13 @@ import numpy.typing as npt
 import tinker
 
 from tempering.assets import ASSET_PREFIX, resolve_data_path
-from tempering.backend import ModelConfig, ServiceClient, ending_session, load_tokenizer, service_client
+from tempering.backend import ServiceClient, ending_session, load_tokenizer, service_client
 from tempering.data import load_chat
 from tempering.data.datums import conversations_to_datums
 from tempering.renderers import get_renderer, render_supervised_batch_sync
 from tempering.sft.topk_distill import check_same_tokenizer, teacher_topk, topk_datum
 from tempering.sft.train import NLLEvaluator, train_supervised
-from tempering.training import AdamConfig, RunConfig, TrainResult, fine_tuning_adam
+from tempering.training import FineTuningConfig, TrainResult
 from tempering_protocols import Message, Renderer, SamplingClient, TrainOnWhat
 
 __all__ = [
@@ -181,10 +181,11 @@ class DatumDataset:
 
 
 @attrs.frozen(kw_only=True)
-class TopKDistillConfig:
+class TopKDistillConfig(FineTuningConfig):
     """Off-policy top-K distillation of ``teacher_model`` (at ``teacher_path``, sampler weights,
-    if given) into ``model`` on the conversations at ``train_path``; see the module docstring.
-    Picklable; calling it (``await config()``) runs it.
+    if given) into ``model`` (the student) on the conversations at ``train_path``; see the module
+    docstring. Picklable; calling it (``await config()``) runs it. ``run``, ``model``, ``adam``,
+    ``num_epochs`` and ``max_steps`` are :class:`~tempering.training.FineTuningConfig`'s.
 
     Example::
 
@@ -192,9 +193,6 @@ class TopKDistillConfig:
         result = asyncio.run(config())
     """
 
-    run: RunConfig
-    model: ModelConfig = attrs.field(factory=ModelConfig)
-    """The student."""
     teacher_model: str = "tempering/tiny"
     """The teacher's base model; its tokenizer must be the student's."""
     teacher_path: str | None = None
@@ -211,9 +209,6 @@ class TopKDistillConfig:
         default=TrainOnWhat.LAST_ASSISTANT_MESSAGE, converter=TrainOnWhat
     )
     """Which tokens are distilled."""
-    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
-    num_epochs: int = 1
-    max_steps: int | None = None
     seed: int = 0
     """Seeds the batch order."""
 
@@ -253,9 +248,9 @@ class TopKDistillConfig:
                 NLLEvaluator(DatumDataset(test_topk, self.batch_size, keep_last=True), name="test_topk"),
                 NLLEvaluator(DatumDataset(hard, self.batch_size, keep_last=True), name="test"),
             ]
-        adam = self.adam.for_model(self.model.base_model, "sft", lora=self.model.lora_rank > 0)
+        config = self.resolved("sft")
         return await train_supervised(
-            attrs.evolve(self, adam=adam), run=self.run, model=self.model, adam=adam, train=train_ds,
+            config, run=self.run, model=self.model, adam=config.adam, train=train_ds,
             num_epochs=self.num_epochs, max_steps=self.max_steps, training_evaluators=evaluators,
             service=service,
         )  # fmt: skip

@@ -29,7 +29,7 @@ from tempering.data import ChatDatasetBuilder, ChatSource, check_max_length
 from tempering.data.datums import examples_to_datums
 from tempering.evals.suite import EvalSuite
 from tempering.model_info import Stage
-from tempering.training import AdamConfig, PendingStep, RunConfig, TrainingLoop, TrainResult, fine_tuning_adam
+from tempering.training import AdamConfig, FineTuningConfig, PendingStep, RunConfig, TrainingLoop, TrainResult
 from tempering.training.loop import run_to_end, step_line
 from tempering_protocols import (
     SamplingClientEvaluator,
@@ -229,8 +229,9 @@ class ChatData:
 
 
 @attrs.frozen(kw_only=True)
-class SFTConfig:
-    """A supervised fine-tuning run. Picklable; calling it (``await config()``) runs it.
+class SFTConfig(FineTuningConfig):
+    """A supervised fine-tuning run. Picklable; calling it (``await config()``) runs it. The
+    settings besides ``data`` and ``evals`` are :class:`~tempering.training.FineTuningConfig`'s.
 
     Example::
 
@@ -238,21 +239,13 @@ class SFTConfig:
         result = asyncio.run(config())
     """
 
-    run: RunConfig
-    model: ModelConfig = attrs.field(factory=ModelConfig)
     data: ChatData = attrs.field(factory=ChatData)
-    adam: AdamConfig = attrs.field(factory=fine_tuning_adam)
-    num_epochs: int = 1
-    """Passes over the training data."""
-    max_steps: int | None = None
-    """Stop after this many optimizer steps, even within an epoch; ``None``: no limit."""
     evals: EvalSuite = attrs.field(factory=EvalSuite)
     """Benchmarks run on the sampler weights with the held-out NLL (before the first step, every
     ``run.eval_every`` steps, after the last), e.g. ``--evals.benchmarks gsm8k``; docs/evals.md."""
 
     async def __call__(self, service: ServiceClient | None = None) -> TrainResult:
-        lora = self.model.lora_rank > 0
-        config = attrs.evolve(self, adam=self.adam.for_model(self.model.base_model, "sft", lora=lora))
+        config = self.resolved("sft")
         train, test = self.data(self.model)()
         return await train_supervised(
             config,

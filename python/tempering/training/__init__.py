@@ -8,6 +8,8 @@ Adam settings, the progress bar. See docs/training.md.
   :func:`fine_tuning_adam`: the fine-tuning trainers' default.
 - :class:`RunConfig`: where a run writes, how often it checkpoints (the model it trains is
   ``tempering.backend.ModelConfig``).
+- :class:`FineTuningConfig`: what the fine-tuning trainers' configs share (run, model, Adam,
+  epochs, step limit); SFT's, DPO's, the reward model's and top-K distillation's subclass it.
 
 Example::
 
@@ -16,6 +18,7 @@ Example::
     await loop.finish()
 """
 
+from tempering.training.fine_tuning import FineTuningConfig
 from tempering.training.loggers import MetricSink, TensorBoardSink, WandbSink, make_sinks
 from tempering.training.loop import (
     TEST_KILL_ENV,
@@ -40,6 +43,7 @@ __all__ = [
     "TEST_KILL_ENV",
     "AdamConfig",
     "CheckpointRecord",
+    "FineTuningConfig",
     "IfExists",
     "LRSchedule",
     "MetricSink",
