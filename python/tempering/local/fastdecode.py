@@ -34,6 +34,7 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from tempering.local.compiled_decode import CompiledLayers
 from tempering.local.decoding import cache_kwargs, has_plain_cache
 
 __all__ = ["ARCHITECTURES", "StaticKV", "supports_static_decoding"]
@@ -202,6 +203,8 @@ class StaticKV:
         self.head_dim = int(getattr(config, "head_dim", None) or hidden // self.num_heads)
         self.layers = [_Layer.of(layer, self.head_dim) for layer in layers]
         self.device, self.dtype = prompts.keys[0].device, prompts.keys[0].dtype
+        self.compiled = CompiledLayers.of(self.layers, config, self.device, model)
+        """The layers' compiled step (:mod:`tempering.local.compiled_decode`), or None."""
         self.num_kv_heads = int(prompts.keys[0].shape[1])
         self.capacity = int(prompts.lengths.max()) + max(1, min(reserve, 256))
         self.positions = torch.arange(self.capacity, device=self.device)
@@ -313,6 +316,14 @@ class StaticKV:
         bias_A_1_1_C.masked_fill_(~visible_A_C.view(A, 1, 1, top), -math.inf)
         slot_A = self.slot_A
         for i, layer in enumerate(self.layers):
+            if self.compiled is not None:
+                out = self.compiled(
+                    i, self.prefix, h, cos, sin, bias_A_1_1_C, self.k[i], self.v[i], slot_A, pos_A, top
+                )
+                if out is not None:
+                    h = out
+                    continue
+                self.compiled = None  # compilation failed: the module path from here on
             residual = h
             x = layer.input_norm(h)
             q = layer.q(x).view(A, 1, -1, self.head_dim)
