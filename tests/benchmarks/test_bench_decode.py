@@ -6,7 +6,9 @@
 Model: ``$TEMPERING_BENCH_MODEL``, else ``/tmp/smollm2-hf`` (a Hugging Face directory of
 SmolLM2-135M-Instruct) when it exists, else the built-in tiny model. Dtype:
 ``$TEMPERING_BENCH_DTYPE`` (default float32). Threads: torch's default (``$TEMPERING_NUM_THREADS``
-to set them). Rounds: ``$TEMPERING_BENCH_ROUNDS`` (default 3, after one warm-up round each).
+to set them). The engine compiles its decode step as it chooses
+(``$TEMPERING_COMPILE_DECODE``, recorded as ``compiled_decode``). Rounds:
+``$TEMPERING_BENCH_ROUNDS`` (default 3, after one warm-up round each).
 
 Recorded in ``extra_info`` (``--benchmark-json``) and printed: tokens/s of both (median round;
 also the best round, and every round's seconds), their ratio, the machine's matmul peak in
@@ -30,6 +32,7 @@ import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from tempering.local import TINY_MODEL, ServiceClient
+from tempering.local.compiled_decode import compile_wanted
 from tempering.local.engine_thread import run_on_engine_thread
 from tempering.local.model import resolve_model_dir
 
@@ -83,6 +86,7 @@ def test_decode_engine_vs_generate(benchmark: BenchmarkFixture, service: Service
         rounds=rounds,
         warmup_rounds=1,
     )
+    compiled = compile_wanted(hf, cpu)  # the same weights as the engine's model
     sampler.close()
     assert tokens == BATCH * NEW_TOKENS
     engine = es.Timing(tokens, tuple(benchmark.stats.stats.data))
@@ -93,6 +97,7 @@ def test_decode_engine_vs_generate(benchmark: BenchmarkFixture, service: Service
         "params": shape.params,
         "dtype": dtype_name,
         "torch_threads": run_on_engine_thread(torch.get_num_threads).result(),
+        "compiled_decode": compiled,
         "tokens": tokens,
         "engine_tokens_per_s": engine.tokens_per_s,
         "generate_tokens_per_s": generate.tokens_per_s,
