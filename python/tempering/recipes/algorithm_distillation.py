@@ -4,7 +4,10 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
 1. Histories: the task's source learner (bandit: Thompson sampling; Dark Room: tabular
    Q-learning; guess-number: a scripted binary search that remembers) runs ``--n-tasks``
    training tasks for ``--n-episodes`` episodes each, logged in the trajectory log format into
-   ``<out>/histories`` (:mod:`tempering.ad.histories`).
+   ``<out>/histories`` (:mod:`tempering.ad.histories`). ``--source rl`` (guess-number): a
+   tempering RL run on the token-level env instead, whose log becomes the histories
+   (:mod:`tempering.recipes.algorithm_distillation_rl`); its own curve is ``source``, the
+   scripted learner's on the held-out numbers ``scripted``.
 2. Data: cross-episode windows of ``--window`` transitions (:class:`~tempering.ad.HistoryDataset`);
    algorithm distillation (AD) trains on windows from the whole history, expert distillation
    (ED) on windows inside each task's last ``--final-episodes`` episodes only, or with
