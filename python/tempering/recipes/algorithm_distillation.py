@@ -265,7 +265,11 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
         f"{config.task}: {config.source} source histories, {z['n_tasks']} tasks x {z['n_episodes']} episodes"
     )
     if isinstance(family, GuessNumberEnvFamily):
-        hist_dir = await rl_source_histories(config, s, family)
+        hist_dir = await rl_source_histories(
+            s, family, model=fresh_model(config), sft=config.source_sft,
+            rl=config.source_rl.for_model(config.base_model), group_size=config.source_group_size,
+            sft_games=config.source_sft_games, seed=config.seed,
+        )  # fmt: skip
     else:
         hist_dir = write_histories(
             family,

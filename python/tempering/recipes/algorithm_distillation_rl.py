@@ -13,23 +13,20 @@ training number (the even numbers of 1..16), 6 guesses a game, the env's rules
 
 Example::
 
-    hist_dir = await rl_source_histories(config, session, GuessNumberEnvFamily())
+    hist_dir = await rl_source_histories(session, GuessNumberEnvFamily(), model=fresh_model(config),
+                                         sft=SFTStage(150, 32, 1e-3), rl=RLStage(20, 1e-4),
+                                         group_size=8, sft_games=2000, seed=0)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tempering.ad.guess_env import GuessNumberEnvFamily
 from tempering.ad.rl_source import GuessNumberSourceTask, rl_histories
 from tempering.backend import ModelConfig
 from tempering.envs.game_data import write_transcripts
-from tempering.recipes._common import fresh_model
-from tempering.recipes.stages import RecipeSession, rl_stage, sft_stage
-
-if TYPE_CHECKING:
-    from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage
 
 __all__ = ["rl_source_histories"]
 
@@ -38,34 +35,45 @@ MAX_REPLY_TOKENS = 6
 
 
 async def rl_source_histories(
-    config: AlgorithmDistillationRecipe, s: RecipeSession, family: GuessNumberEnvFamily
+    s: RecipeSession,
+    family: GuessNumberEnvFamily,
+    *,
+    model: ModelConfig,
+    sft: SFTStage,
+    rl: RLStage,
+    group_size: int,
+    sft_games: int,
+    seed: int,
 ) -> Path:
-    """Run the RL source (the module docstring) and write its histories; returns their directory."""
+    """Run the RL source (the module docstring) from ``model`` (the recipe's fresh model: its
+    base model, chat format and LoRA rank) and write its histories; returns their directory.
+    ``rl``'s learning rate must be resolved (:meth:`RLStage.for_model`)."""
     numbers = family.numbers(held_out=False)
     data = write_transcripts(
-        s.run_dir / "source-data" / "train.jsonl", numbers, n_games=config.source_sft_games, teacher="random",
-        low=1, high=family.high, max_turns=family.max_turns, seed=config.seed,
+        s.run_dir / "source-data" / "train.jsonl", numbers, n_games=sft_games, teacher="random",
+        low=1, high=family.high, max_turns=family.max_turns, seed=seed,
     )  # fmt: skip
-    s.say(
-        f"RL source: SFT warm start, {config.source_sft.steps} steps on {data} -> {s.run_dir / 'source-sft'}"
-    )
-    sft = await sft_stage(
-        s, "source-sft", config.source_sft, model=fresh_model(config), train_path=data, seed=config.seed
-    )
-    stage = config.source_rl.for_model(config.base_model)
+    s.say(f"RL source: SFT warm start, {sft.steps} steps on {data} -> {s.run_dir / 'source-sft'}")
+    warm = await sft_stage(s, "source-sft", sft, model=model, train_path=data, seed=seed)
     task = GuessNumberSourceTask(
-        base_model=config.base_model, renderer_name=config.renderer_name, high=family.high,
-        max_turns=family.max_turns, group_size=config.source_group_size, n_batches=stage.steps,
+        base_model=model.base_model, renderer_name=model.renderer_name, high=family.high,
+        max_turns=family.max_turns, group_size=group_size, n_batches=rl.steps,
     )  # fmt: skip
     s.say(
-        f"RL source: {stage.steps} steps of {config.source_group_size} games on each of {len(numbers)} "
-        f"numbers -> {s.run_dir / 'source-rl'}"
+        f"RL source: {rl.steps} steps of {group_size} games on each of {len(numbers)} numbers "
+        f"-> {s.run_dir / 'source-rl'}"
     )
-    model = ModelConfig(
-        base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
+    start = ModelConfig(
+        base_model=model.base_model, init_state=warm.final.state_path, renderer_name=model.renderer_name
     )
     await rl_stage(
-        s, "source-rl", stage, dataset=task, model=model, seed=config.seed, max_tokens=MAX_REPLY_TOKENS,
+        s,
+        "source-rl",
+        rl,
+        dataset=task,
+        model=start,
+        seed=seed,
+        max_tokens=MAX_REPLY_TOKENS,
         log_trajectories=True,
-    )  # fmt: skip
-    return rl_histories(s.run_dir / "source-rl", family, config.renderer(), s.run_dir / "histories")
+    )
+    return rl_histories(s.run_dir / "source-rl", family, task.renderer(), s.run_dir / "histories")
