@@ -157,8 +157,8 @@ def test_recipe_rl_source_tiny_budget(tmp_path: Path) -> None:
         ({"task": "bandit"}, "--source rl runs RL on the guess-number env, but --task is bandit"),
         ({"task": "guess-number", "n_tasks": 4}, "leave --n-tasks and --n-episodes unset"),
         (
-            {"task": "guess-number", "eval_episodes": 30},
-            r"--eval-episodes 30 is more than the RL source's 20 steps",
+            {"task": "guess-number", "eval_episodes": 70},
+            r"--eval-episodes 70 is more than the RL source's 60 steps",
         ),
     ],
 )

@@ -90,7 +90,7 @@ _PRESETS: dict[str, dict[str, int]] = {
                      "eval_tasks": 8, "eval_episodes": 8, "steps": 400, "batch_size": 16},
     # --source rl: n_tasks and n_episodes are the RL run's (numbers x games, steps), set in sizes()
     "guess-number/rl": {"window": 48, "stride": 6, "final_episodes": 8,
-                        "eval_tasks": 8, "eval_episodes": 20, "steps": 400, "batch_size": 16},
+                        "eval_tasks": 32, "eval_episodes": 60, "steps": 400, "batch_size": 16},
 }  # fmt: skip
 
 
@@ -183,12 +183,12 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     full fine-tuning of the tiny model), every assistant message trained."""
 
     source_sft: SFTStage = stage_field(
-        SFTStage(150, 32, 1e-3, max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES),
+        SFTStage(60, 32, 1e-3, max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES),
         required=True,
     )
     """``--source rl``: the SFT warm start of ``--base-model`` on the scripted teacher's games
     (``--source-sft.steps``, ...), before RL."""
-    source_rl: RLStage = stage_field(RLStage(20, 1e-4))
+    source_rl: RLStage = stage_field(RLStage(60, 3e-4))
     """``--source rl``: the RL run (``--source-rl.steps``: its steps, each an episode of every
     history; ``--source-rl.learning-rate``, ...; its ``batch_size`` is unused: every training
     number is played every step)."""
