@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,51 @@ def test_language_window_longer_than_the_models_context_fails_before_training(tm
     assert "a window of 40 transitions is" in proc.stderr
     assert "longer than its context of 2048 tokens; lower --window (about 31 transitions fit)" in proc.stderr
     assert not (out / "lm-model").exists()
+
+
+def test_recipe_rl_source_tiny_budget(tmp_path: Path) -> None:
+    """``--source rl``: an SFT warm start and an RL run on the guess-number env (the tiny model),
+    whose log becomes the histories the models train on."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "guess-number",
+         "--source", "rl", "--source-sft.steps", "4", "--source-sft-games", "40", "--source-rl.steps", "3",
+         "--source-group-size", "2", "--window", "12", "--final-episodes", "2", "--eval-tasks", "2",
+         "--eval-episodes", "3", "--steps", "2", "--batch-size", "4", "--d-model", "16", "--n-layers", "1",
+         "--device", "cpu", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    histories = read_histories(out / "histories")
+    assert histories.n_tasks == 8 * 2  # the 8 training numbers x 2 games a step
+    assert histories.returns_NE().shape == (16, 3)  # one episode per RL step
+    assert histories.horizon == 6
+    assert len(RunDir(out / "source-rl").read_metrics()) >= 3
+    assert len(list((out / "source-rl" / "trajectories" / "rl").glob("step-*.parquet"))) == 3
+    assert summary["ad_windows"] == 16 * 2  # windows of 2 episodes in 3, every episode
+    assert summary["source_first_return"] == pytest.approx(histories.returns_NE()[:, 0].mean())
+    assert summary["scripted_last_return"] == 1  # binary search, then the number remembered
+    for name in ("ad", "ed", "source", "scripted", "random"):
+        assert f"{name}_regret" in summary
+    assert {"return/ad", "return/source", "return/scripted"} <= set(
+        RunDir(out / "in-context").read_metrics()[0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"task": "bandit"}, "--source rl runs RL on the guess-number env, but --task is bandit"),
+        ({"task": "guess-number", "n_tasks": 4}, "leave --n-tasks and --n-episodes unset"),
+        (
+            {"task": "guess-number", "eval_episodes": 70},
+            r"--eval-episodes 70 is more than the RL source's 60 steps",
+        ),
+    ],
+)
+def test_rl_source_options_are_checked(options: dict[str, Any], message: str) -> None:
+    from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
+
+    with pytest.raises(ValueError, match=message):
+        AlgorithmDistillationRecipe(source="rl", out="/nonexistent", **options)

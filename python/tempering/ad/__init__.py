@@ -5,6 +5,8 @@ in-context learning measured online on held-out tasks. See docs/recipes/algorith
 
 - :mod:`tempering.ad.tasks`: bandits, Dark Room, guess-number, with their source learners
   (``tempering_protocols.InContextTaskFamily``: a downstream package adds its own).
+- :mod:`tempering.ad.guess_env`: guess-number under the token env's rules, and
+  :mod:`tempering.ad.rl_source`: a tempering RL run on that env as the source of its histories.
 - :mod:`tempering.ad.histories`: :func:`write_histories` / :func:`read_histories` (checked).
 - :mod:`tempering.ad.dataset`: :class:`HistoryDataset` (``torch.utils.data.Dataset``).
 - :mod:`tempering.ad.model`: :class:`ADTransformer`; :mod:`tempering.ad.train`: :func:`train_ad`.
@@ -28,6 +30,7 @@ from tempering.ad.evaluate import (
     source_curve,
     write_curves,
 )
+from tempering.ad.guess_env import GuessNumberEnvFamily
 from tempering.ad.histories import (
     HistoryError,
     LearningHistories,
@@ -45,6 +48,7 @@ __all__ = [
     "ADTransformer",
     "BanditFamily",
     "DarkRoomFamily",
+    "GuessNumberEnvFamily",
     "GuessNumberFamily",
     "HistoryDataset",
     "HistoryError",

@@ -52,7 +52,15 @@ from tempering.rl.trajectory_files import (
 )
 from tempering_protocols import InContextTaskFamily
 
-__all__ = ["HistoryError", "LearningHistories", "read_histories", "run_source", "write_histories"]
+__all__ = [
+    "HistoryError",
+    "LearningHistories",
+    "SourceRun",
+    "read_histories",
+    "run_source",
+    "write_histories",
+    "write_task",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float32]
@@ -176,12 +184,28 @@ def write_histories(
     split = "held_out" if held_out else "train"
     for i in range(n_tasks):
         task_seed = seed * 100003 + i
-        run = run_source(family, task_seed, n_episodes, held_out=held_out)
-        table = _table(family, i, task_seed, split, run)
-        tmp = rl_dir / f".step-{i:06d}.parquet.tmp"
-        pq.write_table(table, tmp)
-        tmp.rename(rl_dir / f"step-{i:06d}.parquet")
+        write_task(
+            family, rl_dir, i, task_seed, split, run_source(family, task_seed, n_episodes, held_out=held_out)
+        )
     return rl_dir
+
+
+def write_task(
+    family: InContextTaskFamily, rl_dir: Path, index: int, seed: int, split: str, run: SourceRun
+) -> Path:
+    """Write one task's history (``run``) as part ``index`` of ``rl_dir``, atomically; ``seed`` is
+    the task's seed (``family.task(seed, split == "held_out")`` is the task). Returns the part.
+
+    Example::
+
+        write_task(family, rl_dir, 0, 4, "train", run_source(family, 4, 10, held_out=False))
+    """
+    table = _table(family, index, seed, split, run)
+    tmp = rl_dir / f".step-{index:06d}.parquet.tmp"
+    pq.write_table(table, tmp)
+    part = rl_dir / f"step-{index:06d}.parquet"
+    tmp.rename(part)
+    return part
 
 
 @attrs.frozen

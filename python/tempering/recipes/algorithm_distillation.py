@@ -4,7 +4,10 @@ in-context evaluation on held-out tasks (Laskin et al., 2022), for one ``--task`
 1. Histories: the task's source learner (bandit: Thompson sampling; Dark Room: tabular
    Q-learning; guess-number: a scripted binary search that remembers) runs ``--n-tasks``
    training tasks for ``--n-episodes`` episodes each, logged in the trajectory log format into
-   ``<out>/histories`` (:mod:`tempering.ad.histories`).
+   ``<out>/histories`` (:mod:`tempering.ad.histories`). ``--source rl`` (guess-number): a
+   tempering RL run on the token-level env instead, whose log becomes the histories
+   (:mod:`tempering.recipes.algorithm_distillation_rl`); its own curve is ``source``, the
+   scripted learner's on the held-out numbers ``scripted``.
 2. Data: cross-episode windows of ``--window`` transitions (:class:`~tempering.ad.HistoryDataset`);
    algorithm distillation (AD) trains on windows from the whole history, expert distillation
    (ED) on windows inside each task's last ``--final-episodes`` episodes only, or with
@@ -63,16 +66,19 @@ from tempering.ad import (
 )
 from tempering.ad.dataset import Format
 from tempering.ad.evaluate import Curve
+from tempering.ad.guess_env import GuessNumberEnvFamily
 from tempering.ad.language import check_transcripts_fit, evaluate_language_in_context
 from tempering.ad.model import Tokens
 from tempering.backend import load_tokenizer
 from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
-from tempering.recipes.stages import RecipeSession, SFTStage, sft_stage, stage_field
+from tempering.recipes.algorithm_distillation_rl import rl_source_histories
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, sft_stage, stage_field
 from tempering_protocols import InContextTaskFamily, TrainOnWhat
 
-__all__ = ["AlgorithmDistillationRecipe", "TaskName"]
+__all__ = ["AlgorithmDistillationRecipe", "SourceName", "TaskName"]
 
 TaskName = Literal["bandit", "darkroom", "guess-number"]
+SourceName = Literal["scripted", "rl"]
 
 _PRESETS: dict[str, dict[str, int]] = {
     # histories, windows, evaluation per task (the defaults of the flags left at None)
@@ -82,11 +88,17 @@ _PRESETS: dict[str, dict[str, int]] = {
                  "eval_tasks": 16, "eval_episodes": 20, "steps": 3000, "batch_size": 32},
     "guess-number": {"n_tasks": 32, "n_episodes": 8, "window": 24, "stride": 6, "final_episodes": 4,
                      "eval_tasks": 8, "eval_episodes": 8, "steps": 400, "batch_size": 16},
+    # --source rl: n_tasks and n_episodes are the RL run's (numbers x games, steps), set in sizes()
+    "guess-number/rl": {"window": 48, "stride": 6, "final_episodes": 8,
+                        "eval_tasks": 32, "eval_episodes": 60, "steps": 400, "batch_size": 16},
 }  # fmt: skip
 
 
-def family_of(task: TaskName) -> InContextTaskFamily:
-    """The built-in family of a task name."""
+def family_of(task: TaskName, source: SourceName = "scripted") -> InContextTaskFamily:
+    """The built-in family of a task name (``source="rl"``: guess-number under the token env's
+    rules, :class:`~tempering.ad.guess_env.GuessNumberEnvFamily`)."""
+    if source == "rl":
+        return GuessNumberEnvFamily()
     if task == "bandit":
         return BanditFamily()
     if task == "darkroom":
@@ -106,6 +118,11 @@ class AlgorithmDistillationRecipe(RecipeConfig):
 
     task: TaskName = "bandit"
     """The task (and its source learner)."""
+    source: SourceName = "scripted"
+    """Where the histories come from: ``scripted``, the task's source learner; ``rl``
+    (``--task guess-number`` only): a tempering RL run on the token-level guess-number env
+    (``--source-sft.*``, ``--source-rl.*``, ``--source-group-size``; the game under the env's
+    rules: it ends at the correct guess or an invalid reply, padded to 6 turns)."""
     format: Literal["rl", "language"] = "rl"
     """``rl``: the RL-format model, trained and evaluated here; ``language``: the chat transcripts."""
     n_tasks: int | None = positive(None)
@@ -165,9 +182,43 @@ class AlgorithmDistillationRecipe(RecipeConfig):
     ``--sft-steps``, ``--sft.batch-size`` transcripts per step, ``--sft.learning-rate``: 2e-3,
     full fine-tuning of the tiny model), every assistant message trained."""
 
+    source_sft: SFTStage = stage_field(
+        SFTStage(60, 32, 1e-3, max_warmup_steps=20, train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES),
+        required=True,
+    )
+    """``--source rl``: the SFT warm start of ``--base-model`` on the scripted teacher's games
+    (``--source-sft.steps``, ...), before RL."""
+    source_rl: RLStage = stage_field(RLStage(60, 3e-4))
+    """``--source rl``: the RL run (``--source-rl.steps``: its steps, each an episode of every
+    history; ``--source-rl.learning-rate``, ...; its ``batch_size`` is unused: every training
+    number is played every step)."""
+    source_group_size: int = positive(8)
+    """``--source rl``: games per training number per RL step (``G``); each member's games, step
+    after step, are one history, so there are 8 x G histories."""
+    source_sft_games: int = positive(2000)
+    """``--source rl``: the scripted teacher's games of the SFT warm start."""
+
     NAME: ClassVar[str] = "algorithm-distillation"
 
     def validate(self) -> None:
+        if self.source == "rl":
+            if self.task != "guess-number":
+                raise ValueError(
+                    f"AlgorithmDistillationRecipe: --source rl runs RL on the guess-number env, but --task "
+                    f"is {self.task}; use --task guess-number or --source scripted"
+                )
+            if self.n_tasks is not None or self.n_episodes is not None:
+                raise ValueError(
+                    "AlgorithmDistillationRecipe: with --source rl the histories are the RL run's "
+                    "(8 numbers x --source-group-size tasks, --source-rl.steps episodes); leave "
+                    "--n-tasks and --n-episodes unset and set those instead"
+                )
+            if self.eval_episodes is not None and self.eval_episodes > self.source_rl.steps:
+                raise ValueError(
+                    f"AlgorithmDistillationRecipe: --eval-episodes {self.eval_episodes} is more than the "
+                    f"RL source's {self.source_rl.steps} steps (--source-rl.steps), so its curve would be "
+                    "shorter than the models'; lower --eval-episodes or raise --source-rl.steps"
+                )
         if self.ed_data == "expert" and self.task != "bandit":
             raise ValueError(
                 f"AlgorithmDistillationRecipe: --ed-data expert has an expert for the bandit task only, "
@@ -187,7 +238,14 @@ class AlgorithmDistillationRecipe(RecipeConfig):
         return 2e-3 if self.task == "darkroom" else 1e-3
 
     def sizes(self) -> dict[str, int]:
-        """The history, window and evaluation sizes: the flags, else the task's preset."""
+        """The history, window and evaluation sizes: the flags, else the task's preset (with
+        ``--source rl``, the RL run's tasks and episodes)."""
+        if self.source == "rl":
+            preset = _PRESETS["guess-number/rl"]
+            z = {k: v if (v := getattr(self, k)) is not None else d for k, d in preset.items()}
+            n_numbers = len(GuessNumberEnvFamily().numbers(held_out=False))
+            z["eval_episodes"] = min(z["eval_episodes"], self.source_rl.steps)
+            return z | {"n_tasks": n_numbers * self.source_group_size, "n_episodes": self.source_rl.steps}
         return {k: v if (v := getattr(self, k)) is not None else d for k, d in _PRESETS[self.task].items()}
 
     async def run(self, s: RecipeSession) -> RecipeResult:
@@ -195,7 +253,7 @@ class AlgorithmDistillationRecipe(RecipeConfig):
 
 
 async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeResult:
-    family = family_of(config.task)
+    family = family_of(config.task, config.source)
     z = config.sizes()
     window = z["window"]
     if window > z["n_episodes"] * family.horizon:
@@ -203,18 +261,38 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
             f"AlgorithmDistillationRecipe: --window {window} is longer than a task's history "
             f"({z['n_episodes']} episodes of {family.horizon} steps); raise --n-episodes or lower --window"
         )
-    s.say(f"{config.task}: source histories, {z['n_tasks']} tasks x {z['n_episodes']} episodes")
-    hist_dir = write_histories(
-        family, s.run_dir / "histories", n_tasks=z["n_tasks"], n_episodes=z["n_episodes"], seed=config.seed
+    s.say(
+        f"{config.task}: {config.source} source histories, {z['n_tasks']} tasks x {z['n_episodes']} episodes"
     )
+    if isinstance(family, GuessNumberEnvFamily):
+        hist_dir = await rl_source_histories(
+            s, family, model=fresh_model(config), sft=config.source_sft,
+            rl=config.source_rl.for_model(config.base_model), group_size=config.source_group_size,
+            sft_games=config.source_sft_games, seed=config.seed,
+        )  # fmt: skip
+    else:
+        hist_dir = write_histories(
+            family,
+            s.run_dir / "histories",
+            n_tasks=z["n_tasks"],
+            n_episodes=z["n_episodes"],
+            seed=config.seed,
+        )
     histories = read_histories(hist_dir)
     figures: dict[str, float] = {"source_train_last_return": float(histories.returns_NE()[:, -1].mean())}
-    extra: dict[str, Any] = {"task": config.task, "format": config.format, "sizes": z}
+    extra: dict[str, Any] = {
+        "task": config.task,
+        "source": config.source,
+        "format": config.format,
+        "sizes": z,
+    }
     ad_data = HistoryDataset(histories, window=window, stride=z["stride"])
     seeds = [config.seed * 1000 + i for i in range(z["eval_tasks"])]
     if config.format == "language":
         lm, lm_figures, lm_data = await _language(config, s, family, histories, seeds)
-        return _finish(config, s, family, seeds, lm, figures | lm_figures, extra | {"language_data": lm_data})
+        return _finish(
+            config, s, family, seeds, lm, figures | lm_figures, extra | {"language_data": lm_data}, histories
+        )
 
     model_config = ADModelConfig(
         n_states=family.n_states, n_actions=family.n_actions, context=window,
@@ -243,7 +321,7 @@ async def _run(config: AlgorithmDistillationRecipe, s: RecipeSession) -> RecipeR
         )
         curves[name] = evaluate_in_context(model, family, seeds, z["eval_episodes"], seed=config.seed)
         figures[f"{name}_windows"] = float(len(data))
-    return _finish(config, s, family, seeds, curves, figures, extra)
+    return _finish(config, s, family, seeds, curves, figures, extra, histories)
 
 
 def _ed_windows(
@@ -288,19 +366,33 @@ def _finish(
     curves: dict[str, Curve],
     figures: dict[str, float],
     extra: dict[str, Any],
+    histories: LearningHistories,
 ) -> RecipeResult:
     """The learned ``curves`` beside the source learner's and a random policy's on the same
-    held-out tasks, their figures, the curves written, ``summary.json``."""
+    held-out tasks, their figures, the curves written, ``summary.json``. With ``--source rl``
+    the source's curve is the RL run's own (its return at each step on its training numbers,
+    from ``histories``: the RL policy never played the held-out ones), and the scripted learner
+    on the held-out tasks is the curve ``scripted``."""
     episodes = config.sizes()["eval_episodes"]
-    curves = curves | {
+    baselines = {
         "source": source_curve(family, seeds, episodes),
         "random": random_curve(family, seeds, episodes, seed=config.seed),
     }
+    if config.source == "rl":
+        baselines = {
+            "source": histories.returns_NE()[:, :episodes],
+            "scripted": baselines["source"],
+            "random": baselines["random"],
+        }
+    curves = curves | baselines
     figures["optimal_return"] = float(np.mean([family.task(x, True).optimal_return() for x in seeds]))
     for name, c in curves.items():
         figures[f"{name}_first_return"] = float(c[:, 0].mean())
         figures[f"{name}_last_return"] = float(c[:, -1].mean())
-        figures[f"{name}_regret"] = float(cumulative_regret(family, seeds, c).mean())
+        if c.shape[0] == len(seeds):
+            figures[f"{name}_regret"] = float(cumulative_regret(family, seeds, c).mean())
+        else:  # the RL source on its own tasks; every task of GuessNumberEnvFamily has the best return 1
+            figures[f"{name}_regret"] = float((figures["optimal_return"] - c).sum(axis=1).mean())
     curve_dir = write_curves(s.run_dir / "in-context", curves, config)
     (s.run_dir / "in-context" / "curves.json").write_text(
         json.dumps({k: v.mean(axis=0).tolist() for k, v in curves.items()}) + "\n"
