@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
+import torch._dynamo.config as dynamo_config
+import torch.fx.experimental._config as fx_config
 from torch import nn
 from torch.nn import functional
 
@@ -249,8 +251,16 @@ def layer_tensors(
     return spec, tuple(tensors)
 
 
+RECOMPILE_LIMIT = 64
+"""torch's limit on compilations per function is raised to at least this: every variant (model
+structure, gathered or prefix slots, attention over the whole cache or a part) is one
+compilation of the same function."""
+
+
 @functools.cache
 def _compiled(spec: _Spec, prefix: bool) -> Callable[..., torch.Tensor]:
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+
     def step(*args: Any) -> torch.Tensor:
         return _layer(spec, prefix, *args)
 
@@ -303,7 +313,12 @@ class CompiledLayers:
             return None
         spec, tensors = self.layers[i]
         try:
-            return _compiled(spec, prefix)(h, cos, sin, bias_A_1_1_C, k_S, v_S, slot_A, pos_A, top, tensors)
+            # Without duck shaping, sizes that happen to be equal on the first call (rows and
+            # slots, say) keep separate symbols, so they may differ later without a recompile.
+            with cast(Any, fx_config).patch(use_duck_shape=False):
+                return _compiled(spec, prefix)(
+                    h, cos, sin, bias_A_1_1_C, k_S, v_S, slot_A, pos_A, top, tensors
+                )
         except Exception as exc:  # compilation (a missing compiler, an unsupported op): decode uncompiled
             if not _is_compile_error(exc):
                 raise
