@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import tinker
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from tempering.local._hf import quiet_progress
 
@@ -69,3 +69,24 @@ def next_token_logprobs(model: torch.nn.Module, tokens: Sequence[int] = EXPORT_T
         logits = model(input_ids=torch.tensor([list(tokens)])).logits[0].float()
     logp = torch.log_softmax(logits, dim=-1)
     return [float(logp[t, tokens[t + 1]]) for t in range(len(tokens) - 1)]
+
+
+def qwen3_test_model(vocab_size: int) -> PreTrainedModel:
+    """A frozen, randomly initialised Qwen3-shaped model (q/k norms, 4 query heads per key/value
+    head), small enough for a test."""
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(config).eval()
+    model.requires_grad_(False)
+    return model

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 import tinker
 import torch
-from local_helpers import sft_datum
+from local_helpers import qwen3_test_model, sft_datum
 from torch import nn
 from torch._inductor.exc import InductorError
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import tempering.local.compiled_decode as cd
 from tempering.local import LocalTrainingClient, ServiceClient
@@ -33,24 +32,6 @@ def lora_model(service: ServiceClient) -> Iterator[nn.Module]:
         client.optim_step(tinker.AdamParams(learning_rate=2e-2))
     yield client.snapshot().model
     client.close()
-
-
-def _qwen3() -> nn.Module:
-    config = Qwen3Config(
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval()
-    model.requires_grad_(False)
-    return model
 
 
 def _decode(
@@ -85,7 +66,7 @@ def _decode(
 def test_the_compiled_step_computes_what_the_module_path_does(
     kind: str, lora_model: nn.Module, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = lora_model if kind == "lora" else _qwen3()
+    model = lora_model if kind == "lora" else qwen3_test_model(300)
     if kind == "lora":
         assert any("lora_" in name for name, _ in model.named_parameters())
     compiled, used = _decode(model, True, monkeypatch)
@@ -95,24 +76,28 @@ def test_the_compiled_step_computes_what_the_module_path_does(
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-5, rtol=0, err_msg=f"step {step}")
 
 
-def test_compiling_is_chosen_for_real_sized_models_on_the_cpu(
+def test_compiling_is_chosen_for_real_sized_half_precision_models_on_the_cpu(
     lora_model: nn.Module, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cpu = torch.device("cpu")
     monkeypatch.delenv(cd.COMPILE_ENV, raising=False)
     assert not cd.compile_wanted(lora_model, cpu)  # the tiny model: below the size where it pays
     monkeypatch.setattr(cd, "AUTO_MIN_PARAMETERS", 1000)
+    bf16 = nn.Linear(64, 64).to(torch.bfloat16)
+    assert cd.compile_wanted(bf16, cpu)
+    assert not cd.compile_wanted(nn.Linear(64, 64), cpu)  # float32: not worth compiling
+    assert not cd.compile_wanted(bf16, torch.device("meta"))  # auto: the CPU only
+    monkeypatch.setenv(cd.COMPILE_ENV, "1")
     assert cd.compile_wanted(lora_model, cpu)
-    assert not cd.compile_wanted(lora_model, torch.device("meta"))  # auto: the CPU only
     monkeypatch.setenv(cd.COMPILE_ENV, "0")
-    assert not cd.compile_wanted(lora_model, cpu)
+    assert not cd.compile_wanted(bf16, cpu)
     monkeypatch.setenv(cd.COMPILE_ENV, "yes")
     with pytest.raises(ValueError, match="TEMPERING_COMPILE_DECODE='yes': expected 1, 0 or auto"):
         cd.compile_wanted(lora_model, cpu)
 
 
 def test_layers_of_an_unknown_kind_keep_the_module_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = _qwen3()
+    model = qwen3_test_model(300)
     setattr(model.config, "hidden_act", "gelu")  # noqa: B010  # another activation than the one the compiled layer computes
     monkeypatch.setenv(cd.COMPILE_ENV, "1")
     prompts = [[5, 6, 7]]

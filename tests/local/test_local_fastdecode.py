@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import tinker
 import torch
-from local_helpers import sft_datum
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from local_helpers import qwen3_test_model, sft_datum
 
 from tempering.local import LocalSamplingClient, LocalTrainingClient, ServiceClient
 from tempering.local.checkpoints import CheckpointStore
@@ -109,20 +108,7 @@ def test_static_decoding_of_a_qwen3_shaped_model(tmp_path: Path, monkeypatch: py
     tiny = ModelLoader(CheckpointStore(tmp_path / "store"), resolve_placement("cpu", "float32")).base(
         TINY_MODEL
     )
-    config = Qwen3Config(
-        vocab_size=int(tiny.model.config.vocab_size),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval()
-    model.requires_grad_(False)
+    model = qwen3_test_model(int(tiny.model.config.vocab_size))
     sampler = SamplerModel.create(
         model,
         base_model="qwen3-test",
