@@ -110,7 +110,8 @@ class GuessNumberEnvFamily:
     high: int = 16
     max_turns: int = 6
 
-    NAME: ClassVar[str] = "guess-number-env"
+    name: ClassVar[str] = "guess-number-env"
+    n_states: ClassVar[int] = len(STATE_WORDS)
 
     def __attrs_post_init__(self) -> None:
         if self.high < 2 or self.max_turns < 1:
@@ -118,14 +119,6 @@ class GuessNumberEnvFamily:
                 "GuessNumberEnvFamily: high must be >= 2 and max_turns >= 1, got "
                 f"{self.high}, {self.max_turns}"
             )
-
-    @property
-    def name(self) -> str:
-        return self.NAME
-
-    @property
-    def n_states(self) -> int:
-        return len(STATE_WORDS)
 
     @property
     def n_actions(self) -> int:
