@@ -28,8 +28,6 @@ Example::
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from tempering_protocols import InContextTask, SourceLearner
@@ -110,15 +108,20 @@ class GuessNumberEnvFamily:
     high: int = 16
     max_turns: int = 6
 
-    name: ClassVar[str] = "guess-number-env"
-    n_states: ClassVar[int] = len(STATE_WORDS)
-
     def __attrs_post_init__(self) -> None:
         if self.high < 2 or self.max_turns < 1:
             raise ValueError(
                 "GuessNumberEnvFamily: high must be >= 2 and max_turns >= 1, got "
                 f"{self.high}, {self.max_turns}"
             )
+
+    @property
+    def name(self) -> str:
+        return "guess-number-env"
+
+    @property
+    def n_states(self) -> int:
+        return len(STATE_WORDS)
 
     @property
     def n_actions(self) -> int:

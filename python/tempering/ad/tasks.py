@@ -23,7 +23,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import Literal
 
 import attrs
 import numpy as np
@@ -133,17 +133,25 @@ class BanditFamily:
     epsilon: float = 0.1
     """ε of the ε-greedy source."""
 
-    name: ClassVar[str] = "bandit"
-    n_states: ClassVar[int] = 1
-    horizon: ClassVar[int] = 1
-
     def __attrs_post_init__(self) -> None:
         if self.n_arms < 2:
             raise ValueError(f"BanditFamily.n_arms must be >= 2, got {self.n_arms}")
 
     @property
+    def name(self) -> str:
+        return "bandit"
+
+    @property
+    def n_states(self) -> int:
+        return 1
+
+    @property
     def n_actions(self) -> int:
         return self.n_arms
+
+    @property
+    def horizon(self) -> int:
+        return 1
 
     def task(self, seed: int, held_out: bool, /) -> BanditTask:
         rng = _rng(seed, 1 if held_out else 0, 11)
@@ -262,9 +270,6 @@ class DarkRoomFamily:
     optimism: float = 1.0
     """The value of an untried action (R-max style exploration)."""
 
-    name: ClassVar[str] = "darkroom"
-    n_actions: ClassVar[int] = len(_MOVES)
-
     def __attrs_post_init__(self) -> None:
         if self.size < 2 or self.horizon < 1 or self.held_out_every < 2:
             raise ValueError(
@@ -273,8 +278,16 @@ class DarkRoomFamily:
             )
 
     @property
+    def name(self) -> str:
+        return "darkroom"
+
+    @property
     def n_states(self) -> int:
         return self.size * self.size
+
+    @property
+    def n_actions(self) -> int:
+        return len(_MOVES)
 
     def goals(self, held_out: bool) -> list[int]:
         """The goal cells of one split."""
@@ -365,8 +378,13 @@ class GuessNumberFamily:
     high: int = 16
     horizon: int = 6
 
-    name: ClassVar[str] = "guess-number"
-    n_states: ClassVar[int] = len(_FEEDBACK)
+    @property
+    def name(self) -> str:
+        return "guess-number"
+
+    @property
+    def n_states(self) -> int:
+        return len(_FEEDBACK)
 
     @property
     def n_actions(self) -> int:
