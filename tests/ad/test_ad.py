@@ -41,7 +41,7 @@ from tempering.rl.trajectory_files import read_trajectories
 from tempering.training import RunDir
 from tempering_protocols import InContextTaskFamily, SupervisedExample
 
-FAMILIES = [BanditFamily(), DarkRoomFamily(size=5, horizon_steps=6), GuessNumberFamily()]
+FAMILIES = [BanditFamily(), DarkRoomFamily(size=5, horizon=6), GuessNumberFamily()]
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -52,8 +52,19 @@ def test_families_follow_the_protocol_and_pickle(family: InContextTaskFamily) ->
     assert len(names) == family.n_actions  # the language format tells actions apart
 
 
+def test_a_familys_horizon_is_its_config_field() -> None:
+    room = DarkRoomFamily(size=5, horizon=6)
+    assert (room.name, room.n_states, room.n_actions) == ("darkroom", 25, 5)
+    assert (room.horizon, room.task(0, False).horizon) == (6, 6)
+    guess = GuessNumberFamily(high=8, horizon=3)
+    assert (guess.name, guess.n_states, guess.n_actions) == ("guess-number", 4, 8)
+    assert (guess.horizon, guess.task(0, False).horizon) == (3, 3)
+    with pytest.raises(ValueError, match="horizon >= 1"):
+        DarkRoomFamily(horizon=0)
+
+
 def test_histories_round_trip_in_task_episode_step_order(tmp_path: Path) -> None:
-    family = DarkRoomFamily(size=5, horizon_steps=6)
+    family = DarkRoomFamily(size=5, horizon=6)
     rl_dir = write_histories(family, tmp_path / "h", n_tasks=3, n_episodes=4, seed=1)
     table = read_trajectories(tmp_path / "h")  # the plain trajectory log reader reads it too
     assert table.num_rows == 3 * 4 * 6
@@ -97,7 +108,7 @@ def test_interleaved_tasks_name_file_and_row(tmp_path: Path) -> None:
 
 
 def test_dataset_serves_both_formats_from_the_same_files(tmp_path: Path) -> None:
-    family = DarkRoomFamily(size=5, horizon_steps=6)
+    family = DarkRoomFamily(size=5, horizon=6)
     h = read_histories(write_histories(family, tmp_path / "h", n_tasks=2, n_episodes=5, seed=0))
     rl = HistoryDataset(h, window=12, stride=6)
     assert len(rl) == 2 * 4  # windows start at episodes 0..3 of each task
@@ -262,7 +273,7 @@ class _Recorder(torch.nn.Module):
 def test_the_evaluation_context_starts_at_an_episode_start_like_training_windows() -> None:
     from tempering.ad import ADTransformer
 
-    family = DarkRoomFamily(size=5, horizon_steps=6)
+    family = DarkRoomFamily(size=5, horizon=6)
     model = ADTransformer(ADModelConfig(n_states=25, n_actions=5, context=12, d_model=16))
     recorder = _Recorder(model)
     evaluate_in_context(recorder, family, [0, 1], 4)  # type: ignore[arg-type]
@@ -302,7 +313,7 @@ class _SplitRecorder:
 def test_evaluation_plays_the_training_split_when_asked() -> None:
     from tempering.ad import ADTransformer
 
-    family = _SplitRecorder(DarkRoomFamily(size=5, horizon_steps=6))
+    family = _SplitRecorder(DarkRoomFamily(size=5, horizon=6))
     model = ADTransformer(ADModelConfig(n_states=25, n_actions=5, context=12, d_model=16))
     evaluate_in_context(model, family, [0, 1], 1)  # type: ignore[arg-type]
     evaluate_in_context(model, family, [0, 1], 1, held_out=False)  # type: ignore[arg-type]

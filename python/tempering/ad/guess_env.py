@@ -28,8 +28,6 @@ Example::
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import attrs
 
 from tempering_protocols import InContextTask, SourceLearner
@@ -110,8 +108,6 @@ class GuessNumberEnvFamily:
     high: int = 16
     max_turns: int = 6
 
-    NAME: ClassVar[str] = "guess-number-env"
-
     def __attrs_post_init__(self) -> None:
         if self.high < 2 or self.max_turns < 1:
             raise ValueError(
@@ -121,7 +117,7 @@ class GuessNumberEnvFamily:
 
     @property
     def name(self) -> str:
-        return self.NAME
+        return "guess-number-env"
 
     @property
     def n_states(self) -> int:

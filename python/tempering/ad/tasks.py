@@ -23,7 +23,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import Literal
 
 import attrs
 import numpy as np
@@ -133,15 +133,13 @@ class BanditFamily:
     epsilon: float = 0.1
     """ε of the ε-greedy source."""
 
-    NAME: ClassVar[str] = "bandit"
-
     def __attrs_post_init__(self) -> None:
         if self.n_arms < 2:
             raise ValueError(f"BanditFamily.n_arms must be >= 2, got {self.n_arms}")
 
     @property
     def name(self) -> str:
-        return self.NAME
+        return "bandit"
 
     @property
     def n_states(self) -> int:
@@ -262,7 +260,7 @@ class DarkRoomFamily:
     """
 
     size: int = 9
-    horizon_steps: int = 20
+    horizon: int = 20
     held_out_every: int = 5
     epsilon: float = 0.1
     """ε of the Q-learner."""
@@ -272,18 +270,16 @@ class DarkRoomFamily:
     optimism: float = 1.0
     """The value of an untried action (R-max style exploration)."""
 
-    NAME: ClassVar[str] = "darkroom"
-
     def __attrs_post_init__(self) -> None:
-        if self.size < 2 or self.horizon_steps < 1 or self.held_out_every < 2:
+        if self.size < 2 or self.horizon < 1 or self.held_out_every < 2:
             raise ValueError(
-                f"DarkRoomFamily: size must be >= 2, horizon_steps >= 1, held_out_every >= 2; got "
-                f"{self.size}, {self.horizon_steps}, {self.held_out_every}"
+                f"DarkRoomFamily: size must be >= 2, horizon >= 1, held_out_every >= 2; got "
+                f"{self.size}, {self.horizon}, {self.held_out_every}"
             )
 
     @property
     def name(self) -> str:
-        return self.NAME
+        return "darkroom"
 
     @property
     def n_states(self) -> int:
@@ -293,10 +289,6 @@ class DarkRoomFamily:
     def n_actions(self) -> int:
         return len(_MOVES)
 
-    @property
-    def horizon(self) -> int:
-        return self.horizon_steps
-
     def goals(self, held_out: bool) -> list[int]:
         """The goal cells of one split."""
         k = self.held_out_every
@@ -304,7 +296,7 @@ class DarkRoomFamily:
 
     def task(self, seed: int, held_out: bool, /) -> DarkRoomTask:
         goals = self.goals(held_out)
-        return DarkRoomTask(self.size, self.horizon_steps, goals[seed % len(goals)])
+        return DarkRoomTask(self.size, self.horizon, goals[seed % len(goals)])
 
     def learner(self, task: InContextTask, seed: int, /) -> SourceLearner:
         return _QLearner(
@@ -375,7 +367,7 @@ class _ScriptedGuesser:
 
 @attrs.frozen(kw_only=True)
 class GuessNumberFamily:
-    """Guess a number in ``1..high`` within ``horizon_steps`` guesses per episode, the number
+    """Guess a number in ``1..high`` within ``horizon`` guesses per episode, the number
     fixed across the task's episodes; held-out tasks: the odd numbers.
 
     Example::
@@ -384,13 +376,11 @@ class GuessNumberFamily:
     """
 
     high: int = 16
-    horizon_steps: int = 6
-
-    NAME: ClassVar[str] = "guess-number"
+    horizon: int = 6
 
     @property
     def name(self) -> str:
-        return self.NAME
+        return "guess-number"
 
     @property
     def n_states(self) -> int:
@@ -400,13 +390,9 @@ class GuessNumberFamily:
     def n_actions(self) -> int:
         return self.high
 
-    @property
-    def horizon(self) -> int:
-        return self.horizon_steps
-
     def task(self, seed: int, held_out: bool, /) -> GuessNumberTask:
         numbers = [n for n in range(1, self.high + 1) if (n % 2 == 1) == held_out]
-        return GuessNumberTask(self.high, self.horizon_steps, numbers[seed % len(numbers)])
+        return GuessNumberTask(self.high, self.horizon, numbers[seed % len(numbers)])
 
     def learner(self, task: InContextTask, seed: int, /) -> SourceLearner:
         return _ScriptedGuesser(self.high)
