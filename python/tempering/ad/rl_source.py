@@ -34,7 +34,6 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -42,13 +41,14 @@ import numpy as np
 
 from tempering.ad.guess_env import HIGHER, LOWER, OVER, START, GuessNumberEnvFamily
 from tempering.ad.histories import HistoryError, SourceRun, write_task
+from tempering.envs.agent_data import SameEveryBatch
 from tempering.envs.guess_number import GuessNumberGroupBuilder, GuessNumberRules
 from tempering.envs.guess_number_play import INTEGER
 from tempering.envs.task_base import PolicyTask
 from tempering.rl.trajectory_files import read_trajectories, trajectory_parts
-from tempering_protocols import EnvGroupBuilder, Renderer, RLDataset
+from tempering_protocols import Renderer, RLDataset
 
-__all__ = ["SECRET_TAG", "EveryNumberEveryStep", "GuessNumberSourceTask", "rl_histories", "rules_of"]
+__all__ = ["SECRET_TAG", "GuessNumberSourceTask", "rl_histories", "rules_of"]
 
 SECRET_TAG = "secret="
 """The logging tag of a group, followed by its number: how the log says which number a game was on."""
@@ -57,32 +57,6 @@ SECRET_TAG = "secret="
 def rules_of(family: GuessNumberEnvFamily) -> GuessNumberRules:
     """The token env's rules of ``family``'s game: numbers ``1..high``, ``max_turns`` guesses."""
     return GuessNumberRules(low=1, high=family.high, max_turns=family.max_turns)
-
-
-@attrs.frozen
-class EveryNumberEveryStep:
-    """An RL dataset: every batch is one group of ``group_size`` games on each of ``secrets``
-    (in that order), tagged ``secret=<n>``; ``n_batches`` batches.
-
-    Example::
-
-        EveryNumberEveryStep((2, 4), renderer, rules_of(family), group_size=4, n_batches=10).get_batch(0)
-    """
-
-    secrets: tuple[int, ...]
-    renderer: Renderer = attrs.field(eq=False)
-    rules: GuessNumberRules
-    group_size: int
-    n_batches: int
-
-    def __len__(self) -> int:
-        return self.n_batches
-
-    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        return [
-            GuessNumberGroupBuilder(self.renderer, n, self.rules, self.group_size, f"{SECRET_TAG}{n}")
-            for n in self.secrets
-        ]
 
 
 @attrs.frozen(kw_only=True)
@@ -109,10 +83,13 @@ class GuessNumberSourceTask(PolicyTask):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         family = self.family()
-        numbers = tuple(family.numbers(held_out=False))
-        return EveryNumberEveryStep(
-            numbers, self.renderer(), rules_of(family), self.group_size, self.n_batches
-        ), None
+        renderer, rules = self.renderer(), rules_of(family)
+        # Every training number every step, one group each, tagged with its number.
+        groups = tuple(
+            GuessNumberGroupBuilder(renderer, n, rules, self.group_size, f"{SECRET_TAG}{n}")
+            for n in family.numbers(held_out=False)
+        )
+        return SameEveryBatch(groups, self.n_batches), None
 
 
 def _action(family: GuessNumberEnvFamily, renderer: Renderer, tokens: list[int]) -> int:

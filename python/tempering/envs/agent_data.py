@@ -1,10 +1,11 @@
-"""What the agent tasks (tool use, rubric, twenty questions) share: a fixed-list RL dataset,
+"""What the agent tasks (tool use, rubric, twenty questions) share: fixed-list RL datasets,
 chat rows written for SFT, and a sampled message completer of a checkpoint or a base model (a
 judge, an answerer).
 
 Example::
 
     ds = FixedGroups(builders, batch_size=4, n_batches=30, seed=0)
+    same = SameEveryBatch((builder_a, builder_b), n_batches=20)
     write_chats(Path("data/train.jsonl"), conversations)
     judge = await sampled_completer(service, "tempering/tiny", path=judge_path, max_tokens=16)
 """
@@ -23,7 +24,7 @@ from tempering.envs.completer import SamplingMessageCompleter
 from tempering.envs.task_base import PolicyTask
 from tempering_protocols import EnvGroupBuilder, Message, RLDataset
 
-__all__ = ["AgentTask", "FixedGroups", "sampled_completer", "write_chats"]
+__all__ = ["AgentTask", "FixedGroups", "SameEveryBatch", "sampled_completer", "write_chats"]
 
 
 class FixedGroups:
@@ -53,6 +54,23 @@ class FixedGroups:
     def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
         picks = self._order[index * self.batch_size : (index + 1) * self.batch_size]
         return [self.builders[int(i)] for i in picks]
+
+
+@attrs.frozen
+class SameEveryBatch:
+    """An ``RLDataset`` whose every batch is ``builders``, in order, for ``n_batches`` batches:
+    the groups of one step differ from the last step's only by the sampling seeds the RL loop
+    gives them, and by the policy (a learning history of each group's task, step after step)."""
+
+    builders: tuple[EnvGroupBuilder, ...]
+    n_batches: int
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
+        del index
+        return list(self.builders)
 
 
 def write_chats(path: Path, conversations: Sequence[Sequence[Message]]) -> Path:

@@ -28,6 +28,7 @@ from typing import Literal
 
 import attrs
 
+from tempering.envs.agent_data import SameEveryBatch
 from tempering.envs.guess_number import (
     GuessNumberGame,
     GuessPolicy,
@@ -45,7 +46,7 @@ from tempering.envs.tic_tac_toe import (
     tic_tac_toe_prompt,
     winner,
 )
-from tempering_protocols import EnvGroupBuilder, Message, Renderer, RLDataset
+from tempering_protocols import Message, RLDataset
 
 __all__ = [
     "TEACHERS",
@@ -149,34 +150,6 @@ def write_random_games(path: Path, n_games: int, seed: int) -> Path:
     return _write_rows(path, rows)
 
 
-@attrs.frozen
-class _SelfPlayDataset:
-    """``batch_size`` self-play groups per batch (every batch alike: the games differ by the
-    sampling seeds the RL loop gives each group)."""
-
-    renderer: Renderer = attrs.field(eq=False)
-    batch_size: int
-    n_games: int
-    n_batches: int
-    illegal_reward: float
-    turn_timeout_s: float
-
-    def __len__(self) -> int:
-        return self.n_batches
-
-    def get_batch(self, index: int, /) -> Sequence[EnvGroupBuilder]:
-        del index
-        return [
-            TicTacToeGroupBuilder(
-                self.renderer,
-                n_games=self.n_games,
-                illegal_reward=self.illegal_reward,
-                turn_timeout_s=self.turn_timeout_s,
-            )
-            for _ in range(self.batch_size)
-        ]
-
-
 @attrs.frozen(kw_only=True)
 class SelfPlayTask(PolicyTask):
     """The RL dataset builder of tic-tac-toe self-play: ``batch_size`` groups of
@@ -200,12 +173,12 @@ class SelfPlayTask(PolicyTask):
     """Seconds a player waits for the opponent's move before winning by forfeit."""
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        dataset = _SelfPlayDataset(
+        # Every batch alike: the games differ by the sampling seeds the RL loop gives each group.
+        group = TicTacToeGroupBuilder(
             self.renderer(),
-            self.batch_size,
-            self.games_per_group,
-            self.n_batches,
-            self.illegal_reward,
-            self.turn_timeout_s,
+            n_games=self.games_per_group,
+            illegal_reward=self.illegal_reward,
+            turn_timeout_s=self.turn_timeout_s,
         )
+        dataset = SameEveryBatch((group,) * self.batch_size, self.n_batches)
         return dataset, None
