@@ -282,18 +282,21 @@ class CompiledLayers:
 
     @staticmethod
     def of(
-        layers: list[Any], config: object, device: torch.device, model: nn.Module
+        layers: list[Any],
+        model: nn.Module,
+        device: torch.device,
+        *,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        hidden_act: str,
     ) -> CompiledLayers | None:
-        """The compiled layers of ``model``, or None where it is not wanted or not possible."""
+        """The compiled layers of ``model`` (the decoder's shape as the static decoder reads
+        it), or None where compiling is not wanted or a layer is of another kind."""
         if not compile_wanted(model, device):
             return None
-        heads = int(getattr(config, "num_attention_heads", 0))
-        hidden = int(getattr(config, "hidden_size", 0))
-        head_dim = int(getattr(config, "head_dim", None) or hidden // max(heads, 1))
-        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-        act = str(getattr(config, "hidden_act", ""))
         read = [
-            layer_tensors(layer, heads=heads, kv_heads=kv_heads, head_dim=head_dim, hidden_act=act)
+            layer_tensors(layer, heads=heads, kv_heads=kv_heads, head_dim=head_dim, hidden_act=hidden_act)
             for layer in layers
         ]
         if any(r is None for r in read):

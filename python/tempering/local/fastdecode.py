@@ -203,9 +203,17 @@ class StaticKV:
         self.head_dim = int(getattr(config, "head_dim", None) or hidden // self.num_heads)
         self.layers = [_Layer.of(layer, self.head_dim) for layer in layers]
         self.device, self.dtype = prompts.keys[0].device, prompts.keys[0].dtype
-        self.compiled = CompiledLayers.of(self.layers, config, self.device, model)
-        """The layers' compiled step (:mod:`tempering.local.compiled_decode`), or None."""
         self.num_kv_heads = int(prompts.keys[0].shape[1])
+        self.compiled = CompiledLayers.of(
+            self.layers,
+            model,
+            self.device,
+            heads=self.num_heads,
+            kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            hidden_act=str(getattr(config, "hidden_act", "")),
+        )
+        """The layers' compiled step (:mod:`tempering.local.compiled_decode`), or None."""
         self.capacity = int(prompts.lengths.max()) + max(1, min(reserve, 256))
         self.positions = torch.arange(self.capacity, device=self.device)
         self.k: list[torch.Tensor] = []
