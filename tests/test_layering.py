@@ -59,6 +59,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "tempering.losses",
                 "tempering.fs",
                 "tempering.tools",
+                "tempering.arrays",
             }
         ),
     ),

@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from tempering.ad.histories import run_source
 from tempering.ad.model import ADTransformer, check_spaces
 from tempering.ad.tasks import BanditTask
+from tempering.arrays import Float64Array
 from tempering.training import RunDir
 from tempering_protocols import InContextTask, InContextTaskFamily
 
@@ -40,7 +40,8 @@ __all__ = [
     "write_curves",
 ]
 
-Curve = npt.NDArray[np.float64]
+Curve = Float64Array
+"""Returns per held-out task and episode (``N × E``), or a figure per task (``N``)."""
 
 
 def task_value(task: InContextTask, action: int, reward: float) -> float:

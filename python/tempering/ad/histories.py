@@ -44,6 +44,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tempering.arrays import Float32Array, Int64Array
 from tempering.rl.trajectory_files import (
     TRAJECTORY_SCHEMA,
     TrajectoryLogError,
@@ -62,9 +63,6 @@ __all__ = [
     "write_task",
 ]
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float32]
-
 
 class HistoryError(TrajectoryLogError):
     """A learning history that cannot be served: a gap, a duplicated step, rows of two tasks
@@ -75,12 +73,12 @@ class HistoryError(TrajectoryLogError):
 class SourceRun:
     """One source learner's run on one task: per-row arrays (``_R``)."""
 
-    episode_R: IntArray
-    turn_R: IntArray
-    state_R: IntArray
-    action_R: IntArray
-    reward_R: FloatArray
-    logprob_R: FloatArray
+    episode_R: Int64Array
+    turn_R: Int64Array
+    state_R: Int64Array
+    action_R: Int64Array
+    reward_R: Float32Array
+    logprob_R: Float32Array
     done_R: npt.NDArray[np.bool_]
 
 
@@ -213,13 +211,13 @@ class LearningHistories:
     """Checked learning histories: per-row arrays in (task, episode, step) order, and where each
     task's rows start (``starts_N1``: ``N + 1`` offsets)."""
 
-    task_R: IntArray
-    episode_R: IntArray
-    state_R: IntArray
-    action_R: IntArray
-    reward_R: FloatArray
-    logprob_R: FloatArray
-    starts_N1: IntArray
+    task_R: Int64Array
+    episode_R: Int64Array
+    state_R: Int64Array
+    action_R: Int64Array
+    reward_R: Float32Array
+    logprob_R: Float32Array
+    starts_N1: Int64Array
     horizon: int
     source: str
 
@@ -237,7 +235,7 @@ class LearningHistories:
         return self.reward_R.astype(np.float64).reshape(self.n_tasks, n_e, self.horizon).sum(axis=2)
 
 
-def _check_part(path: Path, table: pa.Table) -> tuple[list[IntArray], list[FloatArray]]:
+def _check_part(path: Path, table: pa.Table) -> tuple[list[Int64Array], list[Float32Array]]:
     """The part's columns as arrays, after the per-row checks: (group, step, turn, done, state,
     action) and (reward, logprob)."""
     ob_len = table.column("ob_tokens").combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
@@ -256,7 +254,7 @@ def _check_part(path: Path, table: pa.Table) -> tuple[list[IntArray], list[Float
     if len(has):
         logprob_R[has] = lp.take(pa.array(has)).flatten().to_numpy()
 
-    def col(name: str) -> IntArray:
+    def col(name: str) -> Int64Array:
         return table.column(name).to_numpy().astype(np.int64)
 
     state_R = table.column("ob_tokens").combine_chunks().flatten().to_numpy().astype(np.int64)
@@ -279,7 +277,7 @@ def read_histories(path: str | os.PathLike[str]) -> LearningHistories:
         h.n_tasks, h.returns_NE().mean(axis=0)
     """
     parts = trajectory_parts(path)
-    arrays: list[tuple[list[IntArray], list[FloatArray]]] = []
+    arrays: list[tuple[list[Int64Array], list[Float32Array]]] = []
     where: list[tuple[Path, int]] = []  # (file, row in file) of each part's first row
     for part in parts:
         table = read_trajectories(part)

@@ -37,6 +37,7 @@ import tinker
 from tinker.types import EncodedTextChunk, ModelInputChunk, TensorData
 
 from tempering import _core
+from tempering.arrays import Float32Array, Int64Array
 from tempering_protocols import FloatArray, Message, Renderer, SupervisedExample, TrainOnWhat
 
 __all__ = [
@@ -59,9 +60,6 @@ DataError = _core.DataError
 """Bad input (a ``ValueError``); the message names the example and token position."""
 
 A = TypeVar("A", bound=attrs.AttrsInstance)
-
-Int64Array = npt.NDArray[np.int64]
-Float32Array = npt.NDArray[np.float32]
 
 
 def model_input_from_columns(

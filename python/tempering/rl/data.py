@@ -57,6 +57,7 @@ from tinker.types import LossFnType, ModelInputChunk
 from typing_extensions import TypedDict
 
 from tempering import _core
+from tempering.arrays import Float32Array, Float64Array, Int64Array
 from tempering.data.datums import datum_model_input, from_packed, packed_datums
 from tempering.losses import LOSSES
 from tempering.rl.kl import incorporate_kl_penalty, reference_logprobs
@@ -80,9 +81,6 @@ DataError = _core.DataError
 """Bad input (a ``ValueError``); the message names problem, member, transition and token."""
 
 Baseline: TypeAlias = Literal["mean", "loo"]
-Int64Array = npt.NDArray[np.int64]
-Float32Array = npt.NDArray[np.float32]
-Float64Array = npt.NDArray[np.float64]
 
 
 class DatumMetadata(TypedDict):

@@ -39,13 +39,13 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from tempering.arrays import Float32Array
 from tempering.rl.data import RaggedBatch, strip_loss_inputs
 from tempering_protocols import TrainingClient
 
 __all__ = ["ImportanceCorrection", "correct_importance", "importance_weights"]
 
 Mode: TypeAlias = Literal["off", "tis", "mis"]
-Float32Array = npt.NDArray[np.float32]
 
 
 @attrs.frozen

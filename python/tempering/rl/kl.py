@@ -15,13 +15,12 @@ import tinker
 from tinker.types import TensorData
 
 from tempering import _core
+from tempering.arrays import Float32Array, Float64Array
 from tempering_protocols import FloatArray, SamplingClient
 
 __all__ = ["incorporate_kl_penalty", "reference_logprobs"]
 
 DataError = _core.DataError
-Float32Array = npt.NDArray[np.float32]
-Float64Array = npt.NDArray[np.float64]
 
 
 def incorporate_kl_penalty(

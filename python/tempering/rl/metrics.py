@@ -20,14 +20,12 @@ from collections.abc import Sequence
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 from tinker import types as ttypes
 
+from tempering.arrays import Float32Array
 from tempering.rl.data import RaggedBatch
 from tempering.rl.rollouts import GroupRollout
 from tempering_protocols import Future
-
-Float32Array = npt.NDArray[np.float32]
 
 __all__ = ["Substep", "Timers", "mismatch_metrics", "rollout_metrics", "substep_metrics"]
 

@@ -42,6 +42,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from tempering.arrays import Float32Array
 from tempering.backend import ServiceClient
 from tempering.rl.data import RaggedBatch
 from tempering.rl.kl import reference_logprobs
@@ -58,7 +59,6 @@ __all__ = [
     "shape_advantages",
 ]
 
-Float32Array = npt.NDArray[np.float32]
 
 TermOutput: TypeAlias = tuple[Float32Array, dict[str, float]]
 """What a term returns: ``delta_N`` (float32, one per token position of the batch) and its metrics."""

@@ -43,7 +43,6 @@ from typing import Literal, TypeAlias
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 
 from tempering.backend import ModelConfig, ServiceClient
 from tempering.evals.suite import EvalSuite
@@ -94,7 +93,6 @@ __all__ = [
 
 Schedule: TypeAlias = Literal["sync", "streaming", "async"]
 StalePolicy: TypeAlias = Literal["drop", "resample"]
-Float32Array = npt.NDArray[np.float32]
 
 
 @attrs.frozen(kw_only=True)

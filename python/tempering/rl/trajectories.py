@@ -56,6 +56,7 @@ import tinker
 from tinker.types import EncodedTextChunk
 
 from tempering import _core
+from tempering.arrays import Float32Array, Int32Array, Int64Array
 from tempering.rl.data import Baseline, compute_advantages
 from tempering.rl.rollouts import GroupRollout
 from tempering.rl.trajectory_files import (
@@ -83,11 +84,6 @@ __all__ = [
     "table_to_text_records",
     "trajectory_parts",
 ]
-
-Int32Array = npt.NDArray[np.int32]
-Int64Array = npt.NDArray[np.int64]
-Float32Array = npt.NDArray[np.float32]
-Float64Array = npt.NDArray[np.float64]
 
 
 # ------------------------------------------------------------------------------ rollouts → table

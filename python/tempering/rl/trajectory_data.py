@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import tinker
 
+from tempering.arrays import Int64Array
 from tempering.data import BatchedDataset
 from tempering.data.datums import examples_to_datums
 from tempering.rl.trajectories import TrajectoryLogError, _flat
@@ -65,9 +66,6 @@ __all__ = [
 
 HistoryKey: TypeAlias = Literal["prompt", "tags"]
 """What one learning history follows: one prompt (``prompt_id``), or one task (the group's tags)."""
-
-Int64Array = npt.NDArray[np.int64]
-Float32Array = npt.NDArray[np.float32]
 
 
 # ------------------------------------------------------------------------------ episodes
