@@ -7,9 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
+from tempering.envs.agent_data import HelperModel
 from tempering.envs.completer import SamplingMessageCompleter
 from tempering.envs.judge import JudgeParseError, LLMJudge, RubricEnv, RubricGroupBuilder, parse_score
 from tempering.envs.message import MessageEnvAdapter
+from tempering.envs.rubric_task import RubricTask
 from tempering.envs.twenty_questions import (
     TwentyQuestionsDataset,
     TwentyQuestionsEnv,
@@ -211,3 +213,20 @@ def test_twenty_questions_test_groups_play_the_training_rules() -> None:
     assert [b.secret for b in tests] == load_words()
     assert {(b.group_size, b.max_turns, b.turn_cost) for b in tests} == {(2, 3, 0.1)}
     assert all(b.answerer is answerer for b in tests)
+
+
+def test_helper_models_default_to_the_policy_and_refuse_anything_else(service: ServiceClient) -> None:
+    """A judge's or answerer's model is one ``HelperModel``: unset parts are the policy's."""
+    with pytest.raises(TypeError, match="answerer_model"):
+        TwentyQuestionsTask(answerer_model="tempering/tiny")  # type: ignore[arg-type]
+    policy = TwentyQuestionsTask(renderer_name="role_colon", service=service)
+    answerer = asyncio.run(policy.answerer())
+    assert isinstance(answerer, SamplingMessageCompleter)
+    assert (answerer.renderer.name, answerer.max_tokens) == ("role_colon", 6)
+    own = TwentyQuestionsTask(
+        renderer_name="role_colon", answerer_model=HelperModel(renderer_name="chatml"), service=service
+    )
+    assert asyncio.run(own.helper_completer(own.answerer_model, max_tokens=3)).renderer.name == "chatml"
+    judge = asyncio.run(RubricTask(judge_max_tokens=9, judge_timeout_s=5.0, service=service).judge())
+    assert isinstance(judge.completer, SamplingMessageCompleter)
+    assert (judge.completer.max_tokens, judge.timeout_s) == (9, 5.0)

@@ -24,7 +24,15 @@ from tempering.envs.completer import SamplingMessageCompleter
 from tempering.envs.task_base import PolicyTask
 from tempering_protocols import EnvGroupBuilder, Message, RLDataset
 
-__all__ = ["AgentTask", "FixedGroups", "SameEveryBatch", "sampled_completer", "write_chats"]
+__all__ = [
+    "AgentTask",
+    "FixedGroups",
+    "HelperModel",
+    "SameEveryBatch",
+    "helper_field",
+    "sampled_completer",
+    "write_chats",
+]
 
 
 class FixedGroups:
@@ -102,6 +110,32 @@ async def sampled_completer(
 
 
 @attrs.frozen(kw_only=True)
+class HelperModel:
+    """A model an agent task samples besides the policy (a judge, an answerer): the sampler
+    checkpoint ``path`` if given, else ``model``'s base weights, in the chat format
+    ``renderer_name``. ``model`` and ``renderer_name`` default to the policy's.
+
+    Example::
+
+        RubricTask(judge_model=HelperModel(path=judge_sampler_path), service=service)
+        TwentyQuestionsTask(answerer_model=HelperModel(model="Qwen/Qwen3-8B"))
+    """
+
+    path: str | None = None
+    """A ``save_weights_for_sampler`` path of a checkpoint of ``model``."""
+    model: str | None = None
+    """Its base model (default: the policy's)."""
+    renderer_name: str | None = None
+    """Its renderer (default: the policy's renderer name, else the model's recommended one)."""
+
+
+def helper_field() -> HelperModel:
+    """An :class:`AgentTask` field holding a :class:`HelperModel` (default: the policy's base
+    weights); anything else is refused by name when the task is built."""
+    return attrs.field(factory=HelperModel, validator=attrs.validators.instance_of(HelperModel))
+
+
+@attrs.frozen(kw_only=True)
 class AgentTask(PolicyTask):
     """The fields an agent task (an ``RLDatasetBuilder``) shares: the policy's model and chat
     format, ``n_batches`` training batches of ``batch_size`` groups of ``group_size``, a test set
@@ -122,17 +156,14 @@ class AgentTask(PolicyTask):
     """Build the test set (a recipe that evaluates by itself passes False)."""
     service: ServiceClient | None = attrs.field(default=None, eq=False, repr=False)
 
-    async def helper_completer(
-        self, *, model: str | None, path: str | None, renderer_name: str | None, max_tokens: int
-    ) -> SamplingMessageCompleter:
-        """The completer of a model the task samples besides the policy (a judge, an answerer):
-        :func:`sampled_completer` of the checkpoint ``path``, else of ``model``'s base weights,
-        served by ``service``; ``model`` and ``renderer_name`` default to the policy's."""
+    async def helper_completer(self, helper: HelperModel, *, max_tokens: int) -> SamplingMessageCompleter:
+        """The completer of ``helper`` (:func:`sampled_completer`, served by ``service``), its
+        model and renderer defaulting to the policy's."""
         return await sampled_completer(
             self.service,
-            model or self.model,
-            path=path,
-            renderer_name=renderer_name or self.renderer_name,
+            helper.model or self.model,
+            path=helper.path,
+            renderer_name=helper.renderer_name or self.renderer_name,
             max_tokens=max_tokens,
         )
 

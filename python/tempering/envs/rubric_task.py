@@ -4,7 +4,7 @@ and :func:`judge_examples`, scripted verdicts that teach a small model to be tha
 
 Example::
 
-    train, test = await RubricTask(judge_path=judge_sampler_path, service=service)()
+    train, test = await RubricTask(judge_model=HelperModel(path=judge_sampler_path), service=service)()
     rows = judge_examples(load_questions("arithmetic_chat.jsonl"), 2000, random.Random(0))
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from tempering.envs.agent_data import AgentTask
+from tempering.envs.agent_data import AgentTask, HelperModel, helper_field
 from tempering.envs.completer import SamplingMessageCompleter
 from tempering.envs.judge import LLMJudge, RubricGroupBuilder
 from tempering_protocols import Message, RLDataset, Trajectory
@@ -59,23 +59,16 @@ def judge_examples(questions: Sequence[tuple[str, str]], n: int, rng: random.Ran
 @attrs.frozen(kw_only=True)
 class RubricTask(AgentTask):
     """The RL task: groups of judged replies to the training questions; the test set is one
-    batch of the held-out questions. The judge samples from ``judge_path`` (a checkpoint) or
-    ``judge_model``'s base weights, served by ``service``."""
+    batch of the held-out questions. The judge samples from ``judge_model`` (a checkpoint, or
+    base weights), served by ``service``."""
 
-    judge_path: str | None = None
-    judge_model: str | None = None
-    judge_renderer_name: str | None = None
+    judge_model: HelperModel = helper_field()
     judge_max_tokens: int = 16
     judge_timeout_s: float = 60.0
 
     async def judge(self) -> LLMJudge:
         """The judge, sampling at temperature 1."""
-        completer = await self.helper_completer(
-            model=self.judge_model,
-            path=self.judge_path,
-            renderer_name=self.judge_renderer_name,
-            max_tokens=self.judge_max_tokens,
-        )
+        completer = await self.helper_completer(self.judge_model, max_tokens=self.judge_max_tokens)
         return _judge(completer, self.judge_timeout_s)
 
     def builders(

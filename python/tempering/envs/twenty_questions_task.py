@@ -9,7 +9,8 @@ question it asks is also an answerer example (secret → "Yes." / "No.", always 
 Example::
 
     asker, answers = scripted_game(words[0], words, max_turns=20, rng=random.Random(0))
-    train, test = await TwentyQuestionsTask(answerer_path=sft_sampler_path, service=service)()
+    task = TwentyQuestionsTask(answerer_model=HelperModel(path=sft_sampler_path), service=service)
+    train, test = await task()
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from tempering.envs.agent_data import AgentTask, FixedGroups
+from tempering.envs.agent_data import AgentTask, FixedGroups, HelperModel, helper_field
 from tempering.envs.twenty_questions import (
     TwentyQuestionsDataset,
     TwentyQuestionsGroupBuilder,
@@ -73,23 +74,16 @@ def scripted_game(
 @attrs.frozen(kw_only=True)
 class TwentyQuestionsTask(AgentTask):
     """The RL task: batches of secrets (every word), games against the answerer sampled from
-    ``answerer_path`` (a checkpoint) or ``answerer_model`` (base weights), served by ``service``;
-    the test set: ``eval_samples`` games of every secret."""
+    ``answerer_model`` (a checkpoint, or base weights), served by ``service``; the test set:
+    ``eval_samples`` games of every secret."""
 
-    answerer_path: str | None = None
-    answerer_model: str | None = None
-    answerer_renderer_name: str | None = None
+    answerer_model: HelperModel = helper_field()
     max_turns: int = 20
     turn_cost: float = 0.02
 
     async def answerer(self) -> MessageCompleter:
         """The answerer: six tokens a reply, temperature 1."""
-        return await self.helper_completer(
-            model=self.answerer_model,
-            path=self.answerer_path,
-            renderer_name=self.answerer_renderer_name,
-            max_tokens=6,
-        )
+        return await self.helper_completer(self.answerer_model, max_tokens=6)
 
     def games(self, answerer: MessageCompleter) -> TwentyQuestionsDataset:
         """The training secrets' dataset: every word, games of ``max_turns`` and ``turn_cost``,

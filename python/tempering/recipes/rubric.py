@@ -27,7 +27,7 @@ import random
 from typing import ClassVar
 
 from tempering.backend import ModelConfig
-from tempering.envs.agent_data import write_chats
+from tempering.envs.agent_data import HelperModel, write_chats
 from tempering.envs.rubric_task import RubricTask, judge_examples, load_questions, rubric_figures
 from tempering.recipes._agents import AgentRecipe, agent_sft
 from tempering.recipes._common import RecipeResult, default_lora_rank, non_negative, positive, recipe_flags
@@ -99,8 +99,10 @@ class RubricRecipe(AgentRecipe):
             task = RubricTask(
                 base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
                 group_size=self.group_size, eval_samples=self.eval_samples, seed=self.seed,
-                judge_renderer_name=self.judge_renderer_name, judge_max_tokens=self.judge_max_tokens,
-                judge_timeout_s=self.judge_timeout_s, judge_path=judge_path, judge_model=judge_model,
+                judge_model=HelperModel(
+                    path=judge_path, model=judge_model, renderer_name=self.judge_renderer_name
+                ),
+                judge_max_tokens=self.judge_max_tokens, judge_timeout_s=self.judge_timeout_s,
                 n_batches=self.rl.steps, test=False, service=s.service,
             )  # fmt: skip
             held_out = load_questions("arithmetic_chat_test.jsonl")[: self.eval_questions]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
-from tempering.envs.agent_data import write_chats
+from tempering.envs.agent_data import HelperModel, write_chats
 from tempering.envs.twenty_questions import load_words, twenty_questions_stats
 from tempering.envs.twenty_questions_task import TwentyQuestionsTask, scripted_game
 from tempering.recipes._agents import AgentRecipe, agent_sft
@@ -82,8 +82,10 @@ class TwentyQuestionsRecipe(AgentRecipe):
             task = TwentyQuestionsTask(
                 base_model=self.base_model, renderer_name=self.renderer_name, batch_size=self.rl.batch_size,
                 group_size=self.group_size, eval_samples=self.eval_samples, seed=self.seed,
-                answerer_model=self.answerer_model, answerer_renderer_name=self.answerer_renderer_name,
-                max_turns=self.max_turns, turn_cost=self.turn_cost, answerer_path=answerer_path,
+                answerer_model=HelperModel(
+                    path=answerer_path, model=self.answerer_model, renderer_name=self.answerer_renderer_name
+                ),
+                max_turns=self.max_turns, turn_cost=self.turn_cost,
                 n_batches=self.rl.steps, test=False, service=s.service,
             )  # fmt: skip
             eval_builders = task.eval_builders(await task.answerer())
