@@ -22,7 +22,7 @@ from tempering.envs.guess_number import GuessNumberGroupBuilder
 from tempering.rl.trajectory_files import TRAJECTORY_SCHEMA
 from tempering_protocols import InContextTaskFamily
 
-FAMILY = GuessNumberEnvFamily(high=16, max_turns=6)
+FAMILY = GuessNumberEnvFamily(high=16, horizon=6)
 RENDERER = load_renderer("tempering/tiny")
 INVALID, NONE = FAMILY.invalid_action, FAMILY.none_action
 START, HIGHER, LOWER, OVER = 0, 1, 2, 3

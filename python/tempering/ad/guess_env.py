@@ -21,7 +21,7 @@ source         a scripted learner: binary search, the number remembered once fou
 
 Example::
 
-    family = GuessNumberEnvFamily(high=16, max_turns=6)
+    family = GuessNumberEnvFamily(high=16, horizon=6)
     task = family.task(0, False)          # the secret 2
     task.reset(), task.step(7), task.step(1)   # 0, (2, 0.0), (3, 1.0)
 """
@@ -98,21 +98,21 @@ class _ScriptedSearcher:
 @attrs.frozen(kw_only=True)
 class GuessNumberEnvFamily:
     """Guess-number under the token env's rules; see the module docstring. ``high`` and
-    ``max_turns`` are the env's (``GuessNumberRules(low=1, high=high, max_turns=max_turns)``).
+    ``horizon`` are the env's (``GuessNumberRules(low=1, high=high, max_turns=horizon)``).
 
     Example::
 
-        GuessNumberEnvFamily(high=16, max_turns=6).task(1, True).secret     # 3
+        GuessNumberEnvFamily(high=16, horizon=6).task(1, True).secret     # 3
     """
 
     high: int = 16
-    max_turns: int = 6
+    horizon: int = 6
+    """Turns per game: the env's ``max_turns``, and each episode's length here."""
 
     def __attrs_post_init__(self) -> None:
-        if self.high < 2 or self.max_turns < 1:
+        if self.high < 2 or self.horizon < 1:
             raise ValueError(
-                "GuessNumberEnvFamily: high must be >= 2 and max_turns >= 1, got "
-                f"{self.high}, {self.max_turns}"
+                f"GuessNumberEnvFamily: high must be >= 2 and horizon >= 1, got {self.high}, {self.horizon}"
             )
 
     @property
@@ -126,10 +126,6 @@ class GuessNumberEnvFamily:
     @property
     def n_actions(self) -> int:
         return self.high + 2
-
-    @property
-    def horizon(self) -> int:
-        return self.max_turns
 
     @property
     def invalid_action(self) -> int:

@@ -4,7 +4,7 @@ trajectory log turned into learning histories of :class:`~tempering.ad.guess_env
 
 - :class:`GuessNumberSourceTask` (an ``RLDatasetBuilder``): each RL step is one group of ``G``
   games on every training number of the family (the even numbers of ``1..high``), under the
-  env rules of the family (:func:`rules_of`: ``low=1``, its ``high`` and ``max_turns``), each
+  env rules of the family (:func:`rules_of`: ``low=1``, its ``high``, its ``horizon`` turns), each
   group tagged ``secret=<n>`` so that the log says which number a game was on.
 - :func:`rl_histories`: the RL run's trajectory log (``RLConfig(log_trajectories=True)``) as
   learning histories. The history of task ``(n, m)`` is the game of member ``m`` of the group on
@@ -21,7 +21,7 @@ histories hold ``P × G`` tasks of ``S`` episodes.
 
 Example::
 
-    family = GuessNumberEnvFamily(high=16, max_turns=6)
+    family = GuessNumberEnvFamily(high=16, horizon=6)
     task = GuessNumberSourceTask(high=16, max_turns=6, group_size=8, n_batches=20)
     # ... tempering.rl.train(RLConfig(dataset=task, log_trajectories=True, ...)) into runs/src ...
     rl_histories("runs/src", family, renderer, "runs/ad/histories")
@@ -55,8 +55,8 @@ SECRET_TAG = "secret="
 
 
 def rules_of(family: GuessNumberEnvFamily) -> GuessNumberRules:
-    """The token env's rules of ``family``'s game: numbers ``1..high``, ``max_turns`` guesses."""
-    return GuessNumberRules(low=1, high=family.high, max_turns=family.max_turns)
+    """The token env's rules of ``family``'s game: numbers ``1..high``, ``horizon`` guesses."""
+    return GuessNumberRules(low=1, high=family.high, max_turns=family.horizon)
 
 
 @attrs.frozen(kw_only=True)
@@ -72,14 +72,14 @@ class GuessNumberSourceTask(PolicyTask):
     high: int = 16
     """The largest number (the family's ``high``)."""
     max_turns: int = 6
-    """Guesses per game (the family's ``max_turns``, its horizon)."""
+    """Guesses per game (the family's ``horizon``)."""
     group_size: int = 8
     """Games per number per step (``G``)."""
     n_batches: int = 20
     """RL steps (``S``)."""
 
     def family(self) -> GuessNumberEnvFamily:
-        return GuessNumberEnvFamily(high=self.high, max_turns=self.max_turns)
+        return GuessNumberEnvFamily(high=self.high, horizon=self.max_turns)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         family = self.family()
@@ -113,7 +113,7 @@ def rl_histories(
     ``out/trajectories/rl`` (see the module docstring); returns that directory. ``renderer``
     parses the replies (the run's). Raises :class:`~tempering.ad.histories.HistoryError`, naming
     the file and row, on a game without a ``secret=`` tag, a number that is not one of
-    ``family``'s training numbers, a game longer than its ``max_turns`` or that went on after the
+    ``family``'s training numbers, a game longer than its ``horizon`` or that went on after the
     correct guess or an invalid reply (a run under other rules than ``family``'s), and on a
     step that lacks a game of some task.
 
@@ -154,7 +154,7 @@ def rl_histories(
                 state = HIGHER if secret > prev_guess else LOWER
             if turn >= h:
                 raise HistoryError(
-                    f"{where}: turn {turn + 1} of a game, more than the family's {h} turns (max_turns); "
+                    f"{where}: turn {turn + 1} of a game, more than the family's {h} turns (its horizon); "
                     "run the source with rules_of(family)"
                 )
             action = _action(family, renderer, list(table["ac_tokens"][r]))

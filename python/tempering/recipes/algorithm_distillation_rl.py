@@ -51,13 +51,13 @@ async def rl_source_histories(
     numbers = family.numbers(held_out=False)
     data = write_transcripts(
         s.run_dir / "source-data" / "train.jsonl", numbers, n_games=sft_games, teacher="random",
-        low=1, high=family.high, max_turns=family.max_turns, seed=seed,
+        low=1, high=family.high, max_turns=family.horizon, seed=seed,
     )  # fmt: skip
     s.say(f"RL source: SFT warm start, {sft.steps} steps on {data} -> {s.run_dir / 'source-sft'}")
     warm = await sft_stage(s, "source-sft", sft, model=model, train_path=data, seed=seed)
     task = GuessNumberSourceTask(
         base_model=model.base_model, renderer_name=model.renderer_name, high=family.high,
-        max_turns=family.max_turns, group_size=group_size, n_batches=rl.steps,
+        max_turns=family.horizon, group_size=group_size, n_batches=rl.steps,
     )  # fmt: skip
     s.say(
         f"RL source: {rl.steps} steps of {group_size} games on each of {len(numbers)} numbers "
