@@ -137,8 +137,8 @@ def seeded(policy: TokenCompleter, seed: int | None, *key: int | str) -> TokenCo
 
 @attrs.define
 class _Episode:
-    """A member's episode as it is played: the turns so far and the observation it is on (kept
-    outside :func:`_play` so that a graceful timeout can keep what was played)."""
+    """A member's episode as it is played (:meth:`play`): the turns so far and the observation
+    it is on, kept here so that a graceful timeout can keep what was played (:meth:`cut`)."""
 
     member: int
     transitions: list[Transition] = attrs.field(factory=list[Transition])
@@ -153,6 +153,72 @@ class _Episode:
         return Trajectory(
             transitions=[*head, attrs.evolve(last, episode_done=True)], final_ob=final_ob
         ), reason
+
+    async def play(
+        self,
+        env: Env,
+        policy_at: Callable[[int], TokenCompleter],
+        config: RolloutConfig,
+        clock: Clock,
+        first: tuple[FirstTurn, int] | None,
+    ) -> tuple[Trajectory, EndReason]:
+        """Play the episode to its end or to a limit, keeping each turn here as it finishes.
+        ``policy_at(turn)``: the policy of a turn; ``first``: the group's first-turn batcher."""
+        reported = False
+        try:
+            ob, stop = await clock.env(env.initial_observation())
+            self.ob = ob
+            ac: TokensWithLogprobs | None = None
+            if first is not None:
+                batcher, g = first
+                reported = True
+                ac = await batcher.action(g, ob, stop)
+        finally:
+            if first is not None and not reported:
+                first[0].withdraw()
+        transitions = self.transitions
+        n_tokens = n_tool_calls = 0
+        while True:
+            if ac is None:
+                ac = await _sample(clock, policy_at(len(transitions))(ob, stop), config.sample_timeout_s)
+            result = await clock.env(env.step(list(ac.tokens)))
+            reward = check_reward(result.reward, f"{type(env).__name__}.step (turn {len(transitions)})")
+            n_tokens += len(ac.tokens)
+            n_tool_calls += int(result.metrics.get(TOOL_CALLS, 0))
+            done, reason = result.episode_done, "done"
+            if not done:
+                context = ob.length + len(ac.tokens)
+                hit = _limit_hit(config, len(transitions) + 1, n_tokens, context, n_tool_calls)
+                if hit is not None and config.on_limit == "fail":
+                    raise LimitExceededError(f"{_LIMIT_NAMES[hit]} was reached at turn {len(transitions)}")
+                if hit is not None:
+                    done, reason = True, hit
+            transitions.append(
+                Transition(
+                    ob=ob,
+                    ac=ac,
+                    reward=reward,
+                    episode_done=done,
+                    metrics=result.metrics,
+                    masked=metrics_mask_turn(result.metrics),
+                )
+            )
+            self.ob = result.next_observation
+            info = TurnInfo(
+                member=self.member,
+                turn=len(transitions) - 1,
+                prompt_tokens=ob.length,
+                sampled_tokens=len(ac.tokens),
+                episode_sampled_tokens=n_tokens,
+                reward=reward,
+                metrics=result.metrics,
+                episode_done=done,
+            )
+            for hook in config.on_turn:
+                hook(info)
+            if done:
+                return Trajectory(transitions=transitions, final_ob=result.next_observation), reason
+            ob, stop, ac = result.next_observation, result.next_stop_condition, None
 
 
 _LIMIT_NAMES: dict[str, str] = {
@@ -193,72 +259,6 @@ async def _sample(clock: Clock, aw: Awaitable[_T], seconds: float | None) -> _T:
         raise _SampleTimeoutError from None
 
 
-async def _play(
-    env: Env,
-    policy_at: Callable[[int], TokenCompleter],
-    config: RolloutConfig,
-    clock: Clock,
-    first: tuple[FirstTurn, int] | None,
-    episode: _Episode,
-) -> tuple[Trajectory, EndReason]:
-    """One episode, to its end or to a limit. ``policy_at(turn)``: the policy of a turn;
-    ``first``: the group's first-turn batcher; ``episode``: where the turns are kept."""
-    reported = False
-    try:
-        ob, stop = await clock.env(env.initial_observation())
-        episode.ob = ob
-        ac: TokensWithLogprobs | None = None
-        if first is not None:
-            batcher, g = first
-            reported = True
-            ac = await batcher.action(g, ob, stop)
-    finally:
-        if first is not None and not reported:
-            first[0].withdraw()
-    transitions = episode.transitions
-    n_tokens = n_tool_calls = 0
-    while True:
-        if ac is None:
-            ac = await _sample(clock, policy_at(len(transitions))(ob, stop), config.sample_timeout_s)
-        result = await clock.env(env.step(list(ac.tokens)))
-        reward = check_reward(result.reward, f"{type(env).__name__}.step (turn {len(transitions)})")
-        n_tokens += len(ac.tokens)
-        n_tool_calls += int(result.metrics.get(TOOL_CALLS, 0))
-        done, reason = result.episode_done, "done"
-        if not done:
-            hit = _limit_hit(config, len(transitions) + 1, n_tokens, ob.length + len(ac.tokens), n_tool_calls)
-            if hit is not None and config.on_limit == "fail":
-                raise LimitExceededError(f"{_LIMIT_NAMES[hit]} was reached at turn {len(transitions)}")
-            if hit is not None:
-                done, reason = True, hit
-        transitions.append(
-            Transition(
-                ob=ob,
-                ac=ac,
-                reward=reward,
-                episode_done=done,
-                metrics=result.metrics,
-                masked=metrics_mask_turn(result.metrics),
-            )
-        )
-        episode.ob = result.next_observation
-        info = TurnInfo(
-            member=episode.member,
-            turn=len(transitions) - 1,
-            prompt_tokens=ob.length,
-            sampled_tokens=len(ac.tokens),
-            episode_sampled_tokens=n_tokens,
-            reward=reward,
-            metrics=result.metrics,
-            episode_done=done,
-        )
-        for hook in config.on_turn:
-            hook(info)
-        if done:
-            return Trajectory(transitions=transitions, final_ob=result.next_observation), reason
-        ob, stop, ac = result.next_observation, result.next_stop_condition, None
-
-
 async def play_member(
     env: Env,
     policy_at: Callable[[int], TokenCompleter],
@@ -267,12 +267,12 @@ async def play_member(
     first: tuple[FirstTurn, int] | None,
     member: int,
 ) -> tuple[Trajectory, EndReason]:
-    """:func:`_play` under the wall-clock limits: a timeout fails the member, or (``on_timeout="end"``)
-    ends it with the turns played; then the ``on_rollout`` hooks."""
+    """:meth:`_Episode.play` under the wall-clock limits: a timeout fails the member, or
+    (``on_timeout="end"``) ends it with the turns played; then the ``on_rollout`` hooks."""
     episode = _Episode(member)
     try:
         traj, reason = await with_timeout(
-            _play(env, policy_at, config, clock, first, episode), config.rollout_timeout_s
+            episode.play(env, policy_at, config, clock, first), config.rollout_timeout_s
         )
     except _SampleTimeoutError:
         if config.on_timeout == "fail":
