@@ -1,7 +1,7 @@
 """The static decoder (:mod:`tempering.local.fastdecode`) against the Hugging Face forward pass:
 the same tokens and logprobs for one request, for coalesced requests of different prompt
 lengths whose rows stop at different times (slot compaction), past the initial cache capacity
-(growth), with a LoRA adapter left unmerged, and for a Qwen3-shaped model (q/k norms); and
+(growth), with a LoRA adapter unmerged and merged, and for a Qwen3-shaped model (q/k norms); and
 parity with the trainer's forward in float32."""
 
 from __future__ import annotations
@@ -80,10 +80,13 @@ def _assert_same(fast: list[tinker.SampleResponse], slow: list[tinker.SampleResp
     assert len(lengths) > 2
 
 
-def test_static_decoding_matches_the_hf_forward_with_an_unmerged_adapter(
-    trainer: LocalTrainingClient, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("how", ["as-trained", "merge"])
+def test_static_decoding_matches_the_hf_forward_with_an_adapter(
+    trainer: LocalTrainingClient, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
+    monkeypatch.setenv("TEMPERING_LORA_DECODE", how)
     sampler = trainer.snapshot()
+    assert sampler.lora == how
     assert supports_static_decoding(sampler.model)
     # The snapshot shares the frozen base weights with the trainer; only the adapter is copied.
     trainer_base = {id(p) for p in trainer._model.parameters() if not p.requires_grad}  # pyright: ignore[reportPrivateUsage]

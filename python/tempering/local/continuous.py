@@ -170,7 +170,7 @@ class ContinuousBatch:
         sampler, device = self.sampler, self.device
         wants_all = {i for i, r in enumerate(requests) if r.prompt_logprobs or r.extras.needs_prompt_logits}
         try:
-            prompts = prefill_batch(sampler.model, [r.prompt for r in requests], wants_all)
+            prompts = prefill_batch(sampler.decode_model(), [r.prompt for r in requests], wants_all)
         except Exception as exc:
             for r in requests:
                 r.result.set_exception(exc)
@@ -209,7 +209,7 @@ class ContinuousBatch:
         prompt_N = torch.repeat_interleave(torch.tensor(kept), torch.tensor(counts)).to(device)
         reserve = max(live.request.max_tokens for live in joined)
         if self.kv is None:
-            self.kv = StaticKV(sampler.model, prompts, prompt_N, reserve=reserve)
+            self.kv = StaticKV(sampler.decode_model(), prompts, prompt_N, reserve=reserve)
         else:
             self.kv.add(prompts, prompt_N, reserve=reserve)
         logits = prompts.last_logits.index_select(0, prompt_N)

@@ -26,7 +26,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 from tempering.local.draws import draw_tokens, sampling_logprobs
-from tempering.local.model import Placement
+from tempering.local.model import LoraDecoding, Placement, adapter_version, decode_copy, lora_decoding
 from tempering.local.scores import (
     PromptScores,
     ScoreRequest,
@@ -62,7 +62,14 @@ def cache_kwargs(model: nn.Module, cache: DynamicCache) -> dict[str, DynamicCach
 
 @dataclass(frozen=True)
 class SamplerModel:
-    """Frozen weights to sample from, with what sampling needs to know about them."""
+    """Frozen weights to sample from, with what sampling needs to know about them.
+
+    ``model`` is the snapshot as taken (a LoRA snapshot: the shared base with its own adapter).
+    Decoding runs :meth:`decode_model`, which applies the adapter as ``lora`` says
+    (:func:`tempering.local.model.lora_decoding`): merged into a copy of the adapted weights,
+    or cast to the model's dtype. That copy is made on first use and kept while this object
+    lives: each live weight version has one, and dropping the sampler returns it.
+    """
 
     model: nn.Module
     base_model: str
@@ -72,6 +79,24 @@ class SamplerModel:
     vocab_size: int
     max_length: int
     eos_ids: tuple[int, ...]
+    lora: LoraDecoding = "as-trained"
+    _decode: list[tuple[tuple[int, ...], nn.Module]] = field(
+        default_factory=list[tuple[tuple[int, ...], nn.Module]], compare=False, repr=False
+    )
+
+    def decode_model(self) -> nn.Module:
+        """The weights decoding runs: ``model``, or its decode copy (remade if an adapter
+        weight was written in place since, as an ``inflight`` update does)."""
+        if self.lora == "as-trained":
+            return self.model
+        version = adapter_version(self.model)
+        if self._decode and self._decode[0][0] == version:
+            return self._decode[0][1]
+        self._decode.clear()  # the stale copy goes before the new one is made
+        with torch.no_grad():
+            made = decode_copy(self.model, self.lora)
+        self._decode.append((version, made))
+        return made
 
     @staticmethod
     def create(
@@ -103,6 +128,7 @@ class SamplerModel:
             vocab_size=vocab_size,
             max_length=max_length,
             eos_ids=tuple(sorted(eos)),
+            lora=lora_decoding(model),
         )
 
 
@@ -262,7 +288,7 @@ class Decoder:
 
     def run(self) -> list[ttypes.SampleResponse]:
         sampler, requests = self.sampler, self.requests
-        model, device = sampler.model, sampler.placement.device
+        model, device = sampler.decode_model(), sampler.placement.device
         caches: list[DynamicCache] = []
         last_logits: list[torch.Tensor] = []
         prompt_parts: list[PromptScores] = []
@@ -339,7 +365,7 @@ class Decoder:
         topk: TopkBuffer | None,
     ) -> None:
         sampler = self.sampler
-        model, device = sampler.model, sampler.placement.device
+        model, device = sampler.decode_model(), sampler.placement.device
         R = len(requests)
         N = len(req_N)
         rows_R = torch.from_numpy(req_N).to(device)

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar, cast
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -34,13 +34,18 @@ from tempering.model_info import PACKAGED_MODELS
 
 __all__ = [
     "LORA_ALPHA",
+    "LORA_DECODE_ENV",
+    "LoraDecoding",
     "Placement",
+    "adapter_version",
     "apply_lora",
+    "decode_copy",
     "frozen_shared_copy",
     "hf_model",
     "inference_copy",
     "load_base_model",
     "load_tokenizer",
+    "lora_decoding",
     "lora_targets",
     "move",
     "resolve_model_dir",
@@ -279,20 +284,37 @@ def sampling_copy(model: nn.Module) -> nn.Module:
     return snapshot
 
 
-def inference_copy(model: nn.Module) -> nn.Module:
-    """A frozen copy of ``model`` with any LoRA adapter merged into the weights (for export; a
-    sampler uses :func:`sampling_copy`, which shares the base weights)."""
-    snapshot = copy.deepcopy(model)
+def inference_copy(model: nn.Module, *, share_unadapted: bool = False) -> nn.Module:
+    """A frozen copy of ``model`` with any LoRA adapter merged into the weights.
+
+    - ``share_unadapted=False`` (export): every tensor is copied.
+    - ``share_unadapted=True`` (a sampler's decode weights, ``SamplerModel.decode_model``): the
+      weights no adapter changes (embeddings, norms, untargeted projections) are the original's
+      tensors, so the copy costs the adapted projections only.
+
+    A tied unembedding with an adapter is untied in the copy, so that merging its adapter leaves
+    the embedding alone.
+    """
+    snapshot = frozen_shared_copy(model) if share_unadapted else copy.deepcopy(model)
     if isinstance(snapshot, PeftModel):
         base = hf_model(snapshot)
         unembed = base.get_output_embeddings()
         embed = base.get_input_embeddings()
         inner = getattr(unembed, "base_layer", None)
+        own: set[int] = set()  # weights of this copy's own (merging writes into them)
         if isinstance(inner, nn.Linear) and isinstance(embed, nn.Embedding) and inner.weight is embed.weight:
-            # Untie (in this copy) so that merging the unembedding's adapter leaves the
-            # embedding alone; say so in the copy's config, as peft checks it.
+            # peft checks the config for tied weights: say so there too.
             inner.weight = nn.Parameter(inner.weight.detach().clone(), requires_grad=False)
             base.config.tie_word_embeddings = False
+            own.add(id(inner.weight))
+        if share_unadapted:
+            for module in snapshot.modules():
+                if isinstance(module, LoraLayer):
+                    layer = module.get_base_layer()
+                    weight = cast(torch.Tensor, layer.weight)
+                    if id(weight) not in own:
+                        layer.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
+                        own.add(id(layer.weight))
         merged = snapshot.merge_and_unload()
         if not isinstance(merged, nn.Module):
             raise TypeError("peft merge_and_unload did not return a module")
@@ -300,3 +322,67 @@ def inference_copy(model: nn.Module) -> nn.Module:
     snapshot.requires_grad_(False)
     snapshot.eval()
     return snapshot
+
+
+LORA_DECODE_ENV = "TEMPERING_LORA_DECODE"
+"""How a LoRA sampler applies its adapter when it decodes (:func:`lora_decoding`): ``auto``
+(default), ``merge``, ``cast`` or ``as-trained``."""
+
+LoraDecoding = Literal["merge", "cast", "as-trained"]
+_LORA_DECODINGS = ("merge", "cast", "as-trained")
+
+
+def lora_decoding(model: nn.Module) -> LoraDecoding:
+    """How a sampler of ``model`` (a snapshot) applies its adapter at decode time.
+
+    - ``merge``: the adapter merged into a copy of the adapted weights, so a decoded token costs
+      what the base model's does. ``auto`` merges float32 and float64 models, where it is
+      exact to rounding.
+    - ``cast``: the adapter kept apart, in the model's dtype. ``auto`` casts in half precision,
+      where merging would round ``W + BA`` to bfloat16 and lose any adapter update smaller than
+      half a unit in the last place of ``W`` (early in training, nearly all of it), while the
+      trainer computes the adapter in float32. In the adapter's own products bfloat16 costs
+      about 2^-8 of the update, not of the weight.
+    - ``as-trained``: the adapter as the trainer holds it (PEFT keeps it in float32).
+
+    ``$TEMPERING_LORA_DECODE`` chooses (``auto`` by default); a model without an adapter is
+    always decoded as it is.
+    """
+    setting = os.environ.get(LORA_DECODE_ENV, "auto").strip().lower()
+    if setting != "auto" and setting not in _LORA_DECODINGS:
+        raise ValueError(f"${LORA_DECODE_ENV}={setting!r}: use auto, merge, cast or as-trained")
+    if not isinstance(model, PeftModel):
+        return "as-trained"
+    if setting != "auto":
+        return setting
+    adapter = [p.dtype for name, p in model.named_parameters() if "lora_" in name]
+    base = [p.dtype for name, p in model.named_parameters() if "lora_" not in name]
+    if all(d in (torch.float32, torch.float64) for d in adapter + base):
+        return "merge"
+    return "cast" if set(adapter) - set(base) else "as-trained"
+
+
+def decode_copy(model: nn.Module, how: LoraDecoding) -> nn.Module:
+    """The weights a sampler of ``model`` decodes with (see :func:`lora_decoding`): a merged
+    copy sharing the unadapted weights, a copy whose adapter is cast to its base layer's dtype
+    (sharing every base weight), or ``model`` itself."""
+    if how == "merge":
+        return inference_copy(model, share_unadapted=True)
+    if how == "as-trained" or not isinstance(model, PeftModel):
+        return model
+    copied = frozen_shared_copy(model)  # a snapshot's adapter is frozen too: shared until replaced
+    for module in copied.modules():
+        if isinstance(module, LoraLayer):
+            dtype = cast(torch.Tensor, module.get_base_layer().weight).dtype
+            for adapters in (module.lora_A, module.lora_B):
+                for linear in adapters.values():
+                    weight = cast(torch.Tensor, linear.weight)
+                    linear.weight = nn.Parameter(weight.detach().to(dtype), requires_grad=False)
+    copied.eval()
+    return copied
+
+
+def adapter_version(model: nn.Module) -> tuple[int, ...]:
+    """A key that changes whenever an adapter weight of ``model`` is written in place (torch
+    counts in-place writes per tensor), so weights merged from it can tell they are stale."""
+    return tuple(int(getattr(p, "_version", 0)) for name, p in model.named_parameters() if "lora_" in name)
