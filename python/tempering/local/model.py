@@ -270,8 +270,9 @@ def sampling_copy(model: nn.Module) -> nn.Module:
     - A model with nothing to train (a frozen base model) is returned as it is.
     - A LoRA model gets a structural copy whose frozen base parameters are the same tensors
       (nothing ever writes to them) and whose adapter weights are copies: the snapshot costs
-      the adapter's memory, not the model's. The adapter stays unmerged; it is applied at
-      decode time.
+      the adapter's memory, not the model's. How decoding applies the adapter (merged into a
+      copy of the adapted weights, or cast to the model's dtype) is :func:`lora_decoding`'s
+      choice; that copy is made when the sampler first decodes.
     - A fully trained model is copied whole (every weight moves on with training).
     """
     trained = [p for p in model.parameters() if p.requires_grad]

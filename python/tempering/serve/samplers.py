@@ -10,7 +10,9 @@ were made, those samplers would grow the server by one set of weights per step. 
   without an ``optim_step`` between makes no second copy); a training model's ``inflight``
   target (one per model, updated in place by each later inflight save).
 - **LoRA snapshots share the base model's weights** (``tempering.local.model.sampling_copy``):
-  each costs its adapter's memory, not the model's.
+  each costs its adapter's memory, plus, once it decodes, its decode copy (the adapter merged
+  into the adapted weights in float32, or cast to the model's dtype:
+  ``SamplerModel.decode_model``), which goes with it when it is evicted or released.
 - **At most ``max_resident`` non-base weight sets stay in memory** (least recently used
   first out). An evicted snapshot's adapter is written to ``spill_dir`` once and read back when
   a request needs it again, so its samples are unchanged; an evicted checkpoint sampler reloads
