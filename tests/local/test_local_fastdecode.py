@@ -124,8 +124,13 @@ def test_static_decoding_of_a_qwen3_shaped_model(tmp_path: Path, monkeypatch: py
     _assert_same(fast, slow)
 
 
-def test_static_decoding_logprobs_match_the_trainer_forward(trainer: LocalTrainingClient) -> None:
-    """fp32: each sampled token's logprob is what the trainer's forward computes, to 1e-5."""
+@pytest.mark.parametrize("how", ["as-trained", "merge"])
+def test_static_decoding_logprobs_match_the_trainer_forward(
+    trainer: LocalTrainingClient, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """fp32: each sampled token's logprob is what the trainer's forward computes, to 1e-5, with
+    the adapter as trained or merged."""
+    monkeypatch.setenv("TEMPERING_LORA_DECODE", how)
     client = trainer.save_weights_and_get_sampling_client()
     prompt = [258, 117, 115, 101, 114, 10, 104, 105, 259, 10]
     response = client.sample(
