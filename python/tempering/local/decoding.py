@@ -98,6 +98,13 @@ class SamplerModel:
         self._decode.append((version, made))
         return made
 
+    def release_decode_copy(self) -> bool:
+        """Drop the decode copy (a decode running now keeps its own reference until it ends;
+        the next decode makes a new one). Returns whether there was one."""
+        had = bool(self._decode)
+        self._decode.clear()
+        return had
+
     @staticmethod
     def create(
         model: nn.Module,

@@ -12,7 +12,8 @@ were made, those samplers would grow the server by one set of weights per step. 
 - **LoRA snapshots share the base model's weights** (``tempering.local.model.sampling_copy``):
   each costs its adapter's memory, plus, once it decodes, its decode copy (the adapter merged
   into the adapted weights in float32, or cast to the model's dtype:
-  ``SamplerModel.decode_model``), which goes with it when it is evicted or released.
+  ``SamplerModel.decode_model``). Only the most recently used resident samplers
+  (:data:`DECODE_COPIES`) keep that copy; it goes with a sampler that is evicted or released.
 - **At most ``max_resident`` non-base weight sets stay in memory** (least recently used
   first out). An evicted snapshot's adapter is written to ``spill_dir`` once and read back when
   a request needs it again, so its samples are unchanged; an evicted checkpoint sampler reloads
@@ -44,10 +45,15 @@ from tempering.local.futures import Worker
 from tempering.local.loader import ModelLoader
 from tempering.local.sampling import LocalSamplingClient, SamplerModel
 
-__all__ = ["DEFAULT_MAX_RESIDENT", "SamplerPool", "SamplerRef"]
+__all__ = ["DECODE_COPIES", "DEFAULT_MAX_RESIDENT", "SamplerPool", "SamplerRef"]
 
 DEFAULT_MAX_RESIDENT = 4
 """Non-base sampler weight sets kept in memory at once (``TEMPERING_SERVE_RESIDENT_SAMPLERS``)."""
+
+DECODE_COPIES = 1
+"""Resident samplers that keep their decode copy (the most recently used): a merged copy costs
+the adapted weights, so an RL loop's older snapshots, which the SDK never says it dropped, keep
+their adapter only, and make the copy again if a request comes for them."""
 
 
 @attrs.define(eq=False)
@@ -99,6 +105,8 @@ class SamplerPool:
         self.spilled = 0
         """How many times weights were written out (for tests and ``/healthz``)."""
         self.reloaded = 0
+        self.decode_copies_released = 0
+        """How many older samplers' decode copies were dropped (:data:`DECODE_COPIES`)."""
 
     # ---- versions of training models' weights ---------------------------------------------------
 
@@ -223,6 +231,11 @@ class SamplerPool:
         while len(self._lru) > self.max_resident:
             _, oldest = self._lru.popitem(last=False)
             self._evict(oldest)
+        for older in list(self._lru.values())[:-DECODE_COPIES]:
+            weights = older.weights
+            if weights is not None and weights.done() and weights.exception() is None:
+                if weights.result().release_decode_copy():
+                    self.decode_copies_released += 1
 
     def _evict(self, ref: SamplerRef) -> None:
         """Take ``ref``'s weights out of memory (a snapshot's adapter is spilled first)."""
