@@ -48,7 +48,11 @@ _FLAT_DEFAULTS: dict[str, dict[str, Any]] = {
         "rl-steps": 10, "rl-batch-size": 8, "rl-learning-rate": 1e-5, "sft-steps": 200, "sft-batch-size": 32,
         "sft-learning-rate": 1e-3, "rl-eval-every": 5,
     },
-    "trajectory-sft": {"steps": 600, "batch-size": 64, "learning-rate": 2e-3, "weight-decay": 0.1},
+    "trajectory-sft": {
+        "steps": 600, "batch-size": 64, "learning-rate": 2e-3, "weight-decay": 0.1, "teacher-sft-steps": 600,
+        "teacher-rl-steps": 80, "teacher-rl-batch-size": 16, "teacher-group-size": 16,
+        "teacher-learning-rate": 2e-4,
+    },
     "algorithm-distillation": {"sft-steps": 100, "sft-batch-size": 8, "sft-learning-rate": 2e-3},
     "tool-use": {
         "rl-steps": 8, "rl-batch-size": 4, "rl-learning-rate": 1e-4, "sft-steps": 150, "sft-batch-size": 16,
@@ -240,6 +244,9 @@ def test_demo_flags_keep_their_presets_and_both_spellings_work(model: str) -> No
         _tyro_cli(DemoConfig, ["--rl-steps", "2", "--rl.steps", "3"], "t", "t")
 
 
+_TEACHER_RATE = "teacher_rl.learning_rate"
+
+
 @pytest.mark.parametrize(
     ("name", "flat", "nested", "path", "value"),
     [
@@ -253,6 +260,11 @@ def test_demo_flags_keep_their_presets_and_both_spellings_work(model: str) -> No
         ("algorithm-distillation", "--sft-batch-size", "--sft.batch-size", "sft.batch_size", 3),
         ("math-rl", "--sft-steps", "--sft.steps", "sft.steps", 3),
         ("math-rl", "--sft-weight-decay", "--sft.weight-decay", "sft.weight_decay", 0.5),
+        ("trajectory-sft", "--teacher-sft-steps", "--teacher-sft.steps", "teacher_sft.steps", 3),
+        ("trajectory-sft", "--teacher-rl-steps", "--teacher-rl.steps", "teacher_rl.steps", 3),
+        ("trajectory-sft", "--teacher-rl-batch-size", "--teacher-rl.batch-size", "teacher_rl.batch_size", 3),
+        ("trajectory-sft", "--teacher-learning-rate", "--teacher-rl.learning-rate", _TEACHER_RATE, 0.5),
+        ("trajectory-sft", "--teacher-rl-learning-rate", "--teacher-rl.learning-rate", _TEACHER_RATE, 0.5),
     ],
 )  # fmt: skip
 def test_converted_recipes_take_both_spellings_and_refuse_both_at_once(
@@ -273,3 +285,29 @@ def test_stage_field_metadata_keys_match_the_cli() -> None:
     from tempering.cli import _aliases
 
     assert (_aliases._FLAT, _aliases._RENAMED) == (FLAT, RENAMED)
+
+
+@pytest.mark.parametrize("base_model", ["tempering/tiny", "smollm2-135m-instruct"])
+def test_trajectory_sft_teacher_stages_are_the_stages_built_before(base_model: str) -> None:
+    """The self-run teacher's stages, from the nested ``teacher_sft`` / ``teacher_rl``: at the
+    defaults exactly what the flat fields built (the base model's demo preset with the flags'
+    tiny-demo steps, batch and rate; SFT evaluated every 10 steps, RL at the preset's checkpoint
+    period without periodic checkpoints); a setting given either way replaces its preset value."""
+    from tempering.recipes.trajectory_sft import TrajectorySFTRecipe, teacher_demo, teacher_stages
+
+    sizes = teacher_demo(base_model).sizes()
+    before_sft = attrs.evolve(sizes.sft, steps=600, eval_every=10)
+    before_rl = attrs.evolve(
+        sizes.rl, steps=80, learning_rate=2e-4, batch_size=16, eval_every=sizes.rl.save_every, save_every=0
+    )
+    assert teacher_stages(TrajectorySFTRecipe(base_model=base_model)) == (before_sft, before_rl)
+    flat = ["--base-model", base_model, "--teacher-sft-steps", "7", "--teacher-rl-batch-size", "3"]
+    nested = [
+        "--base-model", base_model, "--teacher-sft.steps", "7", "--teacher-rl.batch-size", "3",
+        "--teacher-sft.batch-size", "5", "--teacher-rl.eval-every", "2",
+    ]  # fmt: skip
+    sft, rl = teacher_stages(_tyro_cli(TrajectorySFTRecipe, flat, "t", "t"))
+    assert (sft, rl) == (attrs.evolve(before_sft, steps=7), attrs.evolve(before_rl, batch_size=3))
+    sft, rl = teacher_stages(_tyro_cli(TrajectorySFTRecipe, nested, "t", "t"))
+    assert (sft.steps, sft.batch_size, sft.learning_rate) == (7, 5, sizes.sft.learning_rate)
+    assert (rl.batch_size, rl.eval_every, rl.save_every, rl.steps) == (3, 2, 0, 80)

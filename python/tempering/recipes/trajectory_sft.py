@@ -3,8 +3,10 @@ model by supervised fine-tuning, evaluated on the demo's held-out problems.
 
 1. The teacher's log: ``--log-dir`` names an RL run directory written with
    ``RLConfig(log_trajectories=True)`` (the demo's ``<demo out>/rl`` once the demo logs); without
-   it the recipe first runs the demo's pipeline itself at the ``--teacher-*`` budget (SFT warm
-   start on arithmetic, then RL with the exact-answer reward, trajectories logged) into
+   it the recipe first runs the demo's pipeline itself with the ``--teacher-sft.*`` and
+   ``--teacher-rl.*`` stages (SFT warm start on arithmetic, then RL with the exact-answer
+   reward, trajectories logged; the old flat ``--teacher-sft-steps``, ``--teacher-rl-steps``,
+   ``--teacher-rl-batch-size``, ``--teacher-learning-rate`` still work) into
    ``<out>/teacher-sft`` and ``<out>/teacher-rl``.
 2. The data (:mod:`tempering.rl.trajectory_data`), by ``--mode``:
 
@@ -36,7 +38,7 @@ Example::
 
     tempering recipe trajectory-sft --log-dir runs/demo-20250101-120000/rl --out runs/tsft
     tempering recipe trajectory-sft --mode history --out runs/tsft-history
-    result = asyncio.run(TrajectorySFTRecipe(out="/tmp/tsft", teacher_sft_steps=40)())
+    result = asyncio.run(TrajectorySFTRecipe(out="/tmp/tsft", teacher_sft=DemoSFT(steps=40))())
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ from tempering.backend import ModelConfig, load_tokenizer
 from tempering.envs.arithmetic import ArithmeticProblems, split_problems, write_chat_jsonl
 from tempering.evals.accuracy import AccuracyEvaluator
 from tempering.model_info import packaged_model
-from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model
-from tempering.recipes.demo import PRESETS, DemoConfig, DemoModel
-from tempering.recipes.stages import RecipeSession, SFTStage, rl_stage, sft_stage, stage_field
+from tempering.recipes._common import RecipeConfig, RecipeResult, fresh_model, positive
+from tempering.recipes.demo import PRESETS, DemoConfig, DemoModel, DemoRL, DemoSFT
+from tempering.recipes.stages import RecipeSession, RLStage, SFTStage, rl_stage, sft_stage, stage_field
 from tempering.rl.logged_runs import check_dataset_split
 from tempering.rl.trajectories import episodes_table, read_trajectories
 from tempering.rl.trajectory_data import (
@@ -67,7 +69,7 @@ from tempering.sft import train_supervised
 from tempering.training import RunDir
 from tempering_protocols import SamplingClient
 
-__all__ = ["Mode", "TrajectorySFTRecipe", "teacher_demo"]
+__all__ = ["Mode", "TrajectorySFTRecipe", "teacher_demo", "teacher_stages"]
 
 Mode = Literal["rejection", "history"]
 
@@ -79,8 +81,9 @@ _TEACHER_RL_RATE: float = _SIZES.rl.learning_rate
 
 
 def teacher_demo(base_model: str) -> DemoConfig:
-    """The demo whose stages the self-run teacher repeats (the settings that are not flags:
-    SFT batch size, learning rate and weight decay, advantage normalisation): the demo preset of
+    """The demo whose stages the self-run teacher repeats (every teacher stage setting left
+    unset, e.g. the SFT batch size, learning rate and weight decay, and the advantage
+    normalisation): the demo preset of
     ``base_model`` (``tempering.recipes.demo.PRESETS``, e.g. the real model's for SmolLM2 under
     either of its names), else the tiny model's.
 
@@ -94,6 +97,23 @@ def teacher_demo(base_model: str) -> DemoConfig:
         if sizes.base_model in names:
             return DemoConfig(model=cast(DemoModel, name))
     return _DEMO
+
+
+def teacher_stages(config: TrajectorySFTRecipe) -> tuple[SFTStage, RLStage]:
+    """The self-run teacher's complete SFT and RL stages: the base model's demo preset
+    (:func:`teacher_demo`) under every setting ``config.teacher_sft`` / ``config.teacher_rl``
+    gives. SFT evaluates every 10 steps unless given (``RunConfig``'s default, as this stage
+    always had; it has no evaluator); RL evaluates the held-out split at the preset's checkpoint
+    period unless given, with no periodic checkpoints.
+
+    Example::
+
+        sft, rl = teacher_stages(TrajectorySFTRecipe())   # SFTStage(600, 64, 2e-3, ...), RLStage(80, ...)
+    """
+    sizes = teacher_demo(config.base_model).sizes()
+    sft = config.teacher_sft.over(attrs.evolve(sizes.sft, eval_every=10))
+    rl = config.teacher_rl.over(sizes.rl)
+    return sft, attrs.evolve(rl, eval_every=rl.save_every, save_every=0)
 
 
 @attrs.frozen(kw_only=True)
@@ -136,17 +156,23 @@ class TrajectorySFTRecipe(RecipeConfig):
     )
     """The student's SFT (default: the demo's SFT stage; ``--sft.steps``, or ``--steps`` as
     before, ``--batch-size``, ``--learning-rate``, ``--weight-decay``)."""
-    teacher_sft_steps: int = _SIZES.sft.steps
-    """Without ``--log-dir``: the teacher's SFT warm-start steps; the teacher is trained like
-    the demo (``tempering demo``'s defaults for these and every other setting)."""
-    teacher_rl_steps: int = _SIZES.rl.steps
-    """Without ``--log-dir``: the teacher's RL steps."""
-    teacher_rl_batch_size: int = _SIZES.rl.batch_size
-    """Without ``--log-dir``: problems per teacher RL step."""
-    teacher_group_size: int = _SIZES.group_size
-    """Without ``--log-dir``: samples per problem in the teacher's RL."""
-    teacher_learning_rate: float = _TEACHER_RL_RATE
-    """Without ``--log-dir``: the teacher's RL learning rate."""
+    teacher_sft: DemoSFT = stage_field(DemoSFT(steps=_SIZES.sft.steps))
+    """Without ``--log-dir``: the teacher's SFT warm start, trained like the demo's
+    (``--teacher-sft.steps``, or ``--teacher-sft-steps`` as before; default: the tiny demo's
+    steps). Every setting left unset (``--teacher-sft.batch-size``, ``.learning-rate``,
+    ``.weight-decay``) takes the base model's demo preset (:func:`teacher_demo`); ``eval_every``
+    unset: 10."""
+    teacher_rl: DemoRL = stage_field(
+        DemoRL(steps=_SIZES.rl.steps, batch_size=_SIZES.rl.batch_size, learning_rate=_TEACHER_RL_RATE),
+        renamed={"teacher-learning-rate": "learning_rate"},
+    )
+    """Without ``--log-dir``: the teacher's RL, trajectories logged (``--teacher-rl.steps``,
+    ``--teacher-rl.batch-size``: problems per step, ``--teacher-rl.learning-rate``, or the flat
+    ``--teacher-rl-steps``, ``--teacher-rl-batch-size``, ``--teacher-learning-rate`` as before;
+    defaults: the tiny demo's). Settings left unset take the base model's demo preset; its
+    held-out evaluation runs every ``eval_every`` steps (unset: the preset's checkpoint period)."""
+    teacher_group_size: int = positive(_SIZES.group_size)
+    """Without ``--log-dir``: samples per problem in the teacher's RL (``G``)."""
 
     NAME: ClassVar[str] = "trajectory-sft"
 
@@ -179,28 +205,21 @@ async def _run(config: TrajectorySFTRecipe, s: RecipeSession) -> RecipeResult:
     # 1. the teacher's trajectory log
     if config.log_dir is None:
         train_path = write_chat_jsonl(train_problems, s.run_dir / "data" / "train.jsonl")
-        s.say(f"teacher SFT, {config.teacher_sft_steps} steps -> {s.run_dir}")
-        # eval_every 10: RunConfig's default, as this stage always had (it has no evaluator)
         demo = teacher_demo(config.base_model)
-        sizes = demo.sizes()
-        stage = attrs.evolve(sizes.sft, steps=config.teacher_sft_steps, eval_every=10)
+        stage, rl = teacher_stages(config)
+        s.say(f"teacher SFT, {stage.steps} steps -> {s.run_dir}")
         sft = await sft_stage(
             s, "teacher-sft", stage, model=fresh_model(config), train_path=train_path, seed=config.seed
         )
         task = ArithmeticProblems(
             base_model=config.base_model, renderer_name=config.renderer_name, seed=config.seed,
-            n_test=config.n_test, batch_size=config.teacher_rl_batch_size,
+            n_test=config.n_test, batch_size=rl.batch_size,
             group_size=config.teacher_group_size, test_group_size=config.eval_samples,
         )  # fmt: skip
         model = ModelConfig(
             base_model=config.base_model, init_state=sft.final.state_path, renderer_name=config.renderer_name
         )
-        # the demo's RL stage, held-out evaluation at its checkpoints' period (no periodic checkpoints)
-        rl = attrs.evolve(
-            sizes.rl, steps=config.teacher_rl_steps, learning_rate=config.teacher_learning_rate,
-            batch_size=config.teacher_rl_batch_size, eval_every=sizes.rl.save_every, save_every=0,
-        )  # fmt: skip
-        s.say(f"teacher RL, {config.teacher_rl_steps} steps, logged")
+        s.say(f"teacher RL, {rl.steps} steps, logged")
         await rl_stage(
             s, "teacher-rl", rl, dataset=task, model=model, max_tokens=8,
             normalize_advantages=demo.normalize_advantages, log_trajectories=True,
