@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tinker
 
+from tempering.serve.samplers import DECODE_COPIES
 from tempering.serve.testing import API_KEY, ServerProcess
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -71,14 +72,18 @@ def test_rl_shaped_loop_keeps_resident_weights_bounded(
     first = trainer.save_weights_and_get_sampling_client().result(timeout=60)
     first_tokens = [s.tokens for s in first.sample(PROMPT, 2, PARAMS).result(timeout=60).sequences]
     resident: list[int] = []
+    copies: list[int] = []
     for _ in range(6):
         step(trainer)
         client = trainer.save_weights_and_get_sampling_client().result(timeout=60)
         client.sample(PROMPT, 2, PARAMS).result(timeout=60)
         resident.append(health(server)["resident_sampler_weights"])
+        copies.append(health(server)["sampler_decode_copies"])
     # One set of weights per step was made; never more than RESIDENT stayed in memory.
     assert max(resident) <= RESIDENT
     assert resident[-1] == RESIDENT
+    # Each snapshot decoded from a merged copy (float32), and only the latest kept it.
+    assert copies == [DECODE_COPIES] * 6
     # The first sampler was evicted long ago (its adapter spilled): it answers as before.
     again = [s.tokens for s in first.sample(PROMPT, 2, PARAMS).result(timeout=60).sequences]
     assert again == first_tokens

@@ -98,6 +98,9 @@ class SamplerModel:
         self._decode.append((version, made))
         return made
 
+    def has_decode_copy(self) -> bool:
+        return bool(self._decode)
+
     def release_decode_copy(self) -> bool:
         """Drop the decode copy (a decode running now keeps its own reference until it ends;
         the next decode makes a new one). Returns whether there was one."""

@@ -186,6 +186,7 @@ class Engine:
             "samplers": len(self.samplers),
             "sampler_weights": self.pool.held_count(),
             "resident_sampler_weights": self.pool.resident_count(),
+            "sampler_decode_copies": self.pool.decode_copy_count(),
         }
 
     # ---- base models ---------------------------------------------------------------------------

@@ -292,6 +292,16 @@ class SamplerPool:
         with self._lock:
             return len(self._lru)
 
+    def decode_copy_count(self) -> int:
+        """Resident non-base samplers holding a decode copy now (at most :data:`DECODE_COPIES`
+        once their decodes have ended)."""
+        with self._lock:
+            weights = [r.weights for r in self._lru.values()]
+        return sum(
+            w is not None and w.done() and w.exception() is None and w.result().has_decode_copy()
+            for w in weights
+        )
+
     def close(self) -> None:
         with self._lock:
             clients = [r.resident_client for r in self.refs.values() if r.resident_client is not None]
