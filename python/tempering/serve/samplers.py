@@ -233,9 +233,10 @@ class SamplerPool:
             self._evict(oldest)
         for older in list(self._lru.values())[:-DECODE_COPIES]:
             weights = older.weights
-            if weights is not None and weights.done() and weights.exception() is None:
-                if weights.result().release_decode_copy():
-                    self.decode_copies_released += 1
+            if weights is None or not weights.done() or weights.exception() is not None:
+                continue
+            if weights.result().release_decode_copy():
+                self.decode_copies_released += 1
 
     def _evict(self, ref: SamplerRef) -> None:
         """Take ``ref``'s weights out of memory (a snapshot's adapter is spilled first)."""
