@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ from tempering.ad import (
     write_chat_jsonl,
     write_histories,
 )
+from tempering.ad.language import check_transcripts_fit
 from tempering.backend import load_tokenizer
 from tempering.renderers import get_renderer
 from tempering.rl.trajectory_files import read_trajectories
@@ -150,6 +152,26 @@ def test_window_longer_than_context(tmp_path: Path) -> None:
     with pytest.raises(WindowTooLongError, match="longer than the model's context of 10"):
         train_ad(config, HistoryDataset(h, window=20), n_states=1, n_actions=5)
     assert not (tmp_path / "m").exists()
+
+
+def test_darkroom_transcripts_of_two_episodes_fit_the_tiny_models_context(tmp_path: Path) -> None:
+    """Dark Room's cells are ``(row,col)`` in text: a window of 2 episodes (40 transitions, the
+    recipe's default with ``--format language``) fits the tiny model's 2048 tokens; 4 episodes
+    (the RL format's 80) do not, and the error says how many transitions fit."""
+    family = DarkRoomFamily()
+    h = read_histories(write_histories(family, tmp_path / "h", n_tasks=2, n_episodes=4, seed=0))
+    renderer = get_renderer("chatml", load_tokenizer("tempering/tiny"))
+    assert [family.describe_state(s) for s in (0, 40, 80)] == ["(0,0)", "(4,4)", "(8,8)"]
+    two = HistoryDataset(h, window=40, stride=20, fmt="language", family=family)
+    messages = two.messages(1)
+    assert messages[1]["content"] == "Episode starts. (4,4)"
+    assert all(re.fullmatch(r"Reward [01]\. \(\d,\d\)", str(m["content"])) for m in messages[3:41:2])
+    assert 1500 < check_transcripts_fit(two, renderer, 2048) <= 2048
+    four = HistoryDataset(h, window=80, stride=20, fmt="language", family=family)
+    with pytest.raises(
+        WindowTooLongError, match=r"a window of 80 transitions is 3\d{3} tokens .*\(about 4\d transitions fit"
+    ):
+        check_transcripts_fit(four, renderer, 2048)
 
 
 def test_spaces_that_do_not_match_the_heads_fail_before_training(tmp_path: Path) -> None:

@@ -71,6 +71,33 @@ def test_recipe_language_format_tiny_budget(tmp_path: Path) -> None:
     assert summary["source_last_return"] == 6  # the scripted learner remembers the number
 
 
+def test_recipe_darkroom_language_format_tiny_budget(tmp_path: Path) -> None:
+    """Dark Room in text: by default a window of 2 episodes (the RL format's 4 do not fit the
+    tiny model's context), cells as ``(row,col)``, replies read back as moves."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tempering.cli", "recipe", "algorithm-distillation", "--task", "darkroom",
+         "--format", "language", "--n-tasks", "2", "--n-episodes", "3", "--final-episodes", "2",
+         "--sft-steps", "2", "--sft.batch-size", "2", "--eval-tasks", "1", "--eval-episodes", "2",
+         "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TEMPERING_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sizes"]["window"] == 40
+    rows = [json.loads(r)["messages"] for r in (out / "language" / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == summary["lm_windows"] == 2 * 2  # windows of 2 episodes in 3, every episode
+    assert summary["lm_ed_windows"] == 2  # each task's last 2 episodes
+    assert rows[0][1] == {"role": "user", "content": "Episode starts. (4,4)"}
+    replies = [m["content"] for m in rows[0] if m["role"] == "assistant"]
+    assert len(replies) == 40
+    assert set(replies) <= {"stay", "up", "down", "left", "right"}
+    assert 0 <= summary["lm_invalid_actions"] <= 2 * 20  # 1 task x 2 episodes x 20 steps
+    curves = RunDir(out / "in-context").read_metrics()
+    assert [c["step"] for c in curves] == [0, 1]
+    assert {"return/lm", "return/lm_ed", "return/source", "return/random"} <= set(curves[0])
+
+
 def test_xy_states_need_a_grid_task() -> None:
     from tempering.recipes.algorithm_distillation import AlgorithmDistillationRecipe
 

@@ -305,8 +305,11 @@ class DarkRoomFamily:
         )  # fmt: skip
 
     def describe_state(self, state: int, /) -> str:
+        """The cell as ``(row,col)``: 5 characters, so that a window of 2 episodes fits the tiny
+        model's context as a transcript (docs/recipes/algorithm-distillation.md, "Dark Room in
+        the language format")."""
         row, col = divmod(state, self.size)
-        return f"at ({row},{col})"
+        return f"({row},{col})"
 
     def describe_action(self, action: int, /) -> str:
         return _MOVE_NAMES[action]

@@ -88,6 +88,8 @@ _PRESETS: dict[str, dict[str, int]] = {
                  "eval_tasks": 16, "eval_episodes": 20, "steps": 3000, "batch_size": 32},
     "guess-number": {"n_tasks": 32, "n_episodes": 8, "window": 24, "stride": 6, "final_episodes": 4,
                      "eval_tasks": 8, "eval_episodes": 8, "steps": 400, "batch_size": 16},
+    # --format language: a window of 2 episodes, the most that fits the tiny model's 2048 tokens
+    "darkroom/language": {"window": 40},
     # --source rl: n_tasks and n_episodes are the RL run's (numbers x games, steps), set in sizes()
     "guess-number/rl": {"window": 48, "stride": 6, "final_episodes": 8,
                         "eval_tasks": 32, "eval_episodes": 60, "steps": 400, "batch_size": 16},
@@ -239,14 +241,18 @@ class AlgorithmDistillationRecipe(RecipeConfig):
 
     def sizes(self) -> dict[str, int]:
         """The history, window and evaluation sizes: the flags, else the task's preset (with
-        ``--source rl``, the RL run's tasks and episodes)."""
+        ``--source rl``, the RL run's tasks and episodes; Dark Room with ``--format language``,
+        a window of 40 transitions, whose transcript fits the tiny model's context)."""
         if self.source == "rl":
             preset = _PRESETS["guess-number/rl"]
             z = {k: v if (v := getattr(self, k)) is not None else d for k, d in preset.items()}
             n_numbers = len(GuessNumberEnvFamily().numbers(held_out=False))
             z["eval_episodes"] = min(z["eval_episodes"], self.source_rl.steps)
             return z | {"n_tasks": n_numbers * self.source_group_size, "n_episodes": self.source_rl.steps}
-        return {k: v if (v := getattr(self, k)) is not None else d for k, d in _PRESETS[self.task].items()}
+        preset = _PRESETS[self.task]
+        if self.format == "language":
+            preset = preset | _PRESETS.get(f"{self.task}/language", {})
+        return {k: v if (v := getattr(self, k)) is not None else d for k, d in preset.items()}
 
     async def run(self, s: RecipeSession) -> RecipeResult:
         return await _run(self, s)
