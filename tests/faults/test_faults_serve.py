@@ -318,6 +318,7 @@ def test_idle_sessions_expire(root: Path, tiny_dir: Path) -> None:
                 "samplers": 0,
                 "sampler_weights": 0,
                 "resident_sampler_weights": 0,
+                "sampler_decode_copies": 0,
             }
             script = textwrap.dedent(
                 f"""
@@ -344,6 +345,7 @@ def test_idle_sessions_expire(root: Path, tiny_dir: Path) -> None:
                 "samplers": 0,
                 "sampler_weights": 0,
                 "resident_sampler_weights": 0,
+                "sampler_decode_copies": 0,
             }
             expired = [line for line in server.log if "expired after" in line]
             assert expired, "".join(server.log[-20:])
