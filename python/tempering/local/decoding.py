@@ -101,12 +101,10 @@ class SamplerModel:
     def has_decode_copy(self) -> bool:
         return bool(self._decode)
 
-    def release_decode_copy(self) -> bool:
+    def release_decode_copy(self) -> None:
         """Drop the decode copy (a decode running now keeps its own reference until it ends;
-        the next decode makes a new one). Returns whether there was one."""
-        had = bool(self._decode)
+        the next decode makes a new one)."""
         self._decode.clear()
-        return had
 
     @staticmethod
     def create(

@@ -105,8 +105,6 @@ class SamplerPool:
         self.spilled = 0
         """How many times weights were written out (for tests and ``/healthz``)."""
         self.reloaded = 0
-        self.decode_copies_released = 0
-        """How many older samplers' decode copies were dropped (:data:`DECODE_COPIES`)."""
 
     # ---- versions of training models' weights ---------------------------------------------------
 
@@ -235,8 +233,7 @@ class SamplerPool:
             weights = older.weights
             if weights is None or not weights.done() or weights.exception() is not None:
                 continue
-            if weights.result().release_decode_copy():
-                self.decode_copies_released += 1
+            weights.result().release_decode_copy()
 
     def _evict(self, ref: SamplerRef) -> None:
         """Take ``ref``'s weights out of memory (a snapshot's adapter is spilled first)."""
